@@ -1,0 +1,53 @@
+# Tessera build. Two cores are the norm on our CI machines: build the Go packages
+# once, then test with a parallelism sized for them.
+GO        ?= go
+GOFLAGS   ?=
+TEST_P    ?= 2
+BIN       := bin
+PKGS      := ./...
+FUZZTIME  ?= 20s
+
+.PHONY: all build build-go vgpu-core test test-go test-vgpu-core fuzz lint bench bench-go bench-vgpu-core clean
+
+all: build
+
+build: build-go vgpu-core
+
+build-go:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vgpu-core:
+	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
+
+## test: everything CI runs: lint, Go unit/integration tests, short fuzzing, vgpu-core's suite.
+test: lint test-go fuzz test-vgpu-core
+
+test-go:
+	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
+
+test-vgpu-core:
+	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi
+
+# Each decoder gets a short fuzzing run on every CI build; run longer locally with FUZZTIME=10m.
+fuzz:
+	@for f in $$($(GO) test ./api -list '^Fuzz' | grep '^Fuzz'); do \
+		echo "fuzz $$f ($(FUZZTIME))"; \
+		$(GO) test ./api -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: bench-go bench-vgpu-core
+
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugins/...
+
+bench-vgpu-core:
+	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core bench; fi
+
+clean:
+	rm -rf $(BIN)
+	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core clean; fi

@@ -1,0 +1,87 @@
+package api
+
+// Resource names requested in container limits. They are the names Volcano's
+// deviceshare users already write, so VolcanoJobs move over unchanged.
+const (
+	// ResourceNumber is the number of cards a container gets.
+	ResourceNumber = "volcano.sh/vgpu-number"
+	// ResourceMemory is the device memory per card, in MiB.
+	ResourceMemory = "volcano.sh/vgpu-memory"
+	// ResourceMemoryPercentage is the device memory per card, as a percentage of the card.
+	ResourceMemoryPercentage = "volcano.sh/vgpu-memory-percentage"
+	// ResourceCores is the share of the card's SMs per card, in percent (100 = exclusive).
+	ResourceCores = "volcano.sh/vgpu-cores"
+)
+
+// Prefix is the domain of Tessera's own annotations.
+const Prefix = "tessera.io/"
+
+// Node annotations, written by the node agent.
+const (
+	// AnnotationInventory holds the node's card inventory (see NodeInventory).
+	AnnotationInventory = Prefix + "inventory"
+	// AnnotationHeartbeat holds the RFC 3339 time of the agent's last heartbeat.
+	AnnotationHeartbeat = Prefix + "heartbeat"
+)
+
+// Pod annotations written by the scheduler and the node agent.
+const (
+	// AnnotationAssignment holds the cards chosen for each container (see PodAssignment).
+	AnnotationAssignment = Prefix + "assignment"
+	// AnnotationAssignedAt holds the scheduler's assignment time, in Unix nanoseconds.
+	AnnotationAssignedAt = Prefix + "assigned-at"
+	// AnnotationHandoff records where the node handoff stands (see Handoff* values).
+	AnnotationHandoff = Prefix + "handoff"
+	// AnnotationHandoffMessage explains a failed handoff.
+	AnnotationHandoffMessage = Prefix + "handoff-message"
+)
+
+// Values of AnnotationHandoff.
+const (
+	HandoffPending = "pending"
+	HandoffDone    = "done"
+	HandoffFailed  = "failed"
+)
+
+// Pod annotations that users set to steer card selection.
+const (
+	// AnnotationGPUTypeInclude restricts cards to models containing one of the
+	// comma-separated substrings (case-insensitive).
+	AnnotationGPUTypeInclude = Prefix + "gpu-type-include"
+	// AnnotationGPUTypeExclude rejects cards whose model contains one of the substrings.
+	AnnotationGPUTypeExclude = Prefix + "gpu-type-exclude"
+	// AnnotationGPUUUIDInclude restricts cards to the comma-separated UUIDs (exact).
+	AnnotationGPUUUIDInclude = Prefix + "gpu-uuid-include"
+	// AnnotationGPUUUIDExclude rejects the comma-separated UUIDs (exact).
+	AnnotationGPUUUIDExclude = Prefix + "gpu-uuid-exclude"
+	// AnnotationNodePolicy overrides the node scoring policy: binpack or spread.
+	AnnotationNodePolicy = Prefix + "node-policy"
+	// AnnotationCardPolicy overrides the card scoring policy: binpack or spread.
+	AnnotationCardPolicy = Prefix + "card-policy"
+	// AnnotationNUMABind, when "true", requires all cards of a container on one NUMA node.
+	AnnotationNUMABind = Prefix + "numa-bind"
+	// AnnotationQoS selects the service class: best-effort, fixed-share or burst-share.
+	AnnotationQoS = Prefix + "qos"
+)
+
+// Annotations of Volcano's deviceshare and the HAMi volcano device plugin, read (and
+// where compatibility mode is on, written) by Tessera.
+const (
+	VolcanoNodeRegister        = "volcano.sh/node-vgpu-register"
+	VolcanoNodeHandshake       = "volcano.sh/node-vgpu-handshake"
+	VolcanoAssignedIDs         = "volcano.sh/vgpu-ids-new"
+	VolcanoDevicesToAllocate   = "volcano.sh/devices-to-allocate"
+	VolcanoAssignedNode        = "volcano.sh/vgpu-node"
+	VolcanoAssignedTime        = "volcano.sh/vgpu-time"
+	VolcanoBindPhase           = "volcano.sh/bind-phase"
+	VolcanoBindTime            = "volcano.sh/bind-time"
+	VolcanoBindPhaseAllocating = "allocating"
+	// NVIDIA-prefixed user annotations that Volcano's deviceshare honours; Tessera
+	// reads them when its own keys are absent.
+	NvidiaUseGPUType   = "nvidia.com/use-gputype"
+	NvidiaNoUseGPUType = "nvidia.com/nouse-gputype"
+	NvidiaUseGPUUUID   = "nvidia.com/use-gpuuuid"
+	NvidiaNoUseGPUUUID = "nvidia.com/nouse-gpuuuid"
+	// VolcanoDeviceType is the vendor field of Volcano's card entries.
+	VolcanoDeviceType = "NVIDIA"
+)

@@ -1,0 +1,48 @@
+package api
+
+import "fmt"
+
+// QoSClass is the service class of a container on a shared card.
+type QoSClass string
+
+const (
+	// QoSBestEffort runs uncapped and takes whatever compute is free.
+	QoSBestEffort QoSClass = "best-effort"
+	// QoSFixedShare is always capped at its SM limit.
+	QoSFixedShare QoSClass = "fixed-share"
+	// QoSBurstShare is capped at its SM limit only while another container uses the card.
+	QoSBurstShare QoSClass = "burst-share"
+)
+
+// DefaultQoS applies when a pod names no class.
+const DefaultQoS = QoSFixedShare
+
+// ParseQoSClass validates a class name; the empty string yields DefaultQoS.
+func ParseQoSClass(s string) (QoSClass, error) {
+	switch QoSClass(s) {
+	case "":
+		return DefaultQoS, nil
+	case QoSBestEffort, QoSFixedShare, QoSBurstShare:
+		return QoSClass(s), nil
+	}
+	return "", fmt.Errorf("%w: qos %q: want %s, %s or %s", ErrInvalid, s, QoSBestEffort, QoSFixedShare, QoSBurstShare)
+}
+
+// Policy is a scoring policy for nodes or cards.
+type Policy string
+
+const (
+	// PolicyBinpack fills used nodes and cards first, keeping others whole.
+	PolicyBinpack Policy = "binpack"
+	// PolicySpread prefers idle nodes and cards, trading density for isolation.
+	PolicySpread Policy = "spread"
+)
+
+// ParsePolicy validates a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	switch Policy(s) {
+	case PolicyBinpack, PolicySpread:
+		return Policy(s), nil
+	}
+	return "", fmt.Errorf("%w: policy %q: want %s or %s", ErrInvalid, s, PolicyBinpack, PolicySpread)
+}

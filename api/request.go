@@ -1,0 +1,207 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ResourceNames are the extended resources that mark a vGPU request. Clusters that
+// renamed them configure the plugin and the node agent alike.
+type ResourceNames struct {
+	Number           corev1.ResourceName
+	Memory           corev1.ResourceName
+	MemoryPercentage corev1.ResourceName
+	Cores            corev1.ResourceName
+}
+
+// DefaultResourceNames are Volcano's names.
+func DefaultResourceNames() ResourceNames {
+	return ResourceNames{Number: ResourceNumber, Memory: ResourceMemory,
+		MemoryPercentage: ResourceMemoryPercentage, Cores: ResourceCores}
+}
+
+// ContainerRequest is what one container asks of each of its cards.
+type ContainerRequest struct {
+	Name  string
+	Cards int
+	// MemoryMiB per card; zero when MemoryPercent is used instead.
+	MemoryMiB int64
+	// MemoryPercent of each card's memory, 1..100; zero when MemoryMiB is used.
+	MemoryPercent int
+	// Cores is the percentage of each card's SMs, 0..100; 100 asks for whole cards.
+	Cores int
+}
+
+// Exclusive reports whether the container wants whole cards to itself.
+func (r ContainerRequest) Exclusive() bool { return r.Cores == 100 }
+
+// HasVGPURequest reports whether any container (init containers included) asks for
+// a vGPU resource. Tessera acts on these pods only.
+func (n ResourceNames) HasVGPURequest(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			for _, name := range []corev1.ResourceName{n.Number, n.Memory, n.MemoryPercentage, n.Cores} {
+				if _, ok := cs[i].Resources.Limits[name]; ok {
+					return true
+				}
+				if _, ok := cs[i].Resources.Requests[name]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// ContainerRequests extracts the vGPU requests of a pod's app containers, in spec
+// order, skipping containers without any. It follows Volcano's reading: memory
+// without a card count means one card, and no memory means the whole card's memory.
+// Init containers with vGPU requests are rejected: their cards would have to be
+// freed before the app containers start, which the contract does not model.
+func (n ResourceNames) ContainerRequests(pod *corev1.Pod) ([]ContainerRequest, error) {
+	for _, c := range pod.Spec.InitContainers {
+		if n.containerHas(&c) {
+			return nil, fmt.Errorf("%w: init container %q requests vGPU resources; only app containers may", ErrInvalid, c.Name)
+		}
+	}
+	var out []ContainerRequest
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if !n.containerHas(c) {
+			continue
+		}
+		r, err := n.containerRequest(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (n ResourceNames) containerHas(c *corev1.Container) bool {
+	for _, name := range []corev1.ResourceName{n.Number, n.Memory, n.MemoryPercentage, n.Cores} {
+		if _, ok := quantity(c, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// quantity prefers the limit: extended resources cannot be overcommitted, so a
+// request, when given, must equal the limit anyway.
+func quantity(c *corev1.Container, name corev1.ResourceName) (int64, bool) {
+	if q, ok := c.Resources.Limits[name]; ok {
+		return q.Value(), true
+	}
+	if q, ok := c.Resources.Requests[name]; ok {
+		return q.Value(), true
+	}
+	return 0, false
+}
+
+func (n ResourceNames) containerRequest(c *corev1.Container) (ContainerRequest, error) {
+	r := ContainerRequest{Name: c.Name, Cards: 1}
+	field := func(name corev1.ResourceName) string { return fmt.Sprintf("container %q %s", c.Name, name) }
+	if v, ok := quantity(c, n.Number); ok {
+		if v < 1 || v > 64 {
+			return r, fmt.Errorf("%w: %s: %d cards, want 1..64", ErrInvalid, field(n.Number), v)
+		}
+		r.Cards = int(v)
+	}
+	mem, hasMem := quantity(c, n.Memory)
+	pct, hasPct := quantity(c, n.MemoryPercentage)
+	switch {
+	case hasMem && hasPct:
+		return r, fmt.Errorf("%w: container %q sets both %s and %s; set one", ErrInvalid, c.Name, n.Memory, n.MemoryPercentage)
+	case hasMem:
+		if mem < 1 || mem > 1<<30 {
+			return r, fmt.Errorf("%w: %s: %d MiB, want a positive amount", ErrInvalid, field(n.Memory), mem)
+		}
+		r.MemoryMiB = mem
+	case hasPct:
+		if pct < 1 || pct > 100 {
+			return r, fmt.Errorf("%w: %s: %d%%, want 1..100", ErrInvalid, field(n.MemoryPercentage), pct)
+		}
+		r.MemoryPercent = int(pct)
+	default:
+		r.MemoryPercent = 100
+	}
+	if v, ok := quantity(c, n.Cores); ok {
+		if v < 0 || v > 100 {
+			return r, fmt.Errorf("%w: %s: %d%%, want 0..100", ErrInvalid, field(n.Cores), v)
+		}
+		r.Cores = int(v)
+	}
+	return r, nil
+}
+
+// PodOptions are the user's per-pod choices, read from annotations.
+type PodOptions struct {
+	TypeInclude, TypeExclude []string
+	UUIDInclude, UUIDExclude []string
+	// NodePolicy and CardPolicy are empty when the pod does not override the defaults.
+	NodePolicy, CardPolicy Policy
+	NUMABind               bool
+	QoS                    QoSClass
+}
+
+// ParsePodOptions reads the user annotations. A malformed value is an error naming the
+// annotation: Tessera never ignores what a user asked for.
+func ParsePodOptions(ann map[string]string) (PodOptions, error) {
+	var o PodOptions
+	o.TypeInclude = splitList(firstOf(ann, AnnotationGPUTypeInclude, NvidiaUseGPUType))
+	o.TypeExclude = splitList(firstOf(ann, AnnotationGPUTypeExclude, NvidiaNoUseGPUType))
+	o.UUIDInclude = splitList(firstOf(ann, AnnotationGPUUUIDInclude, NvidiaUseGPUUUID))
+	o.UUIDExclude = splitList(firstOf(ann, AnnotationGPUUUIDExclude, NvidiaNoUseGPUUUID))
+	for _, k := range []string{AnnotationGPUTypeInclude, AnnotationGPUTypeExclude, AnnotationGPUUUIDInclude, AnnotationGPUUUIDExclude} {
+		if v, ok := ann[k]; ok && len(splitList(v)) == 0 {
+			return o, fmt.Errorf("%w: annotation %s: %q lists nothing", ErrInvalid, k, v)
+		}
+	}
+	var err error
+	if v, ok := ann[AnnotationNodePolicy]; ok {
+		if o.NodePolicy, err = ParsePolicy(v); err != nil {
+			return o, fmt.Errorf("annotation %s: %w", AnnotationNodePolicy, err)
+		}
+	}
+	if v, ok := ann[AnnotationCardPolicy]; ok {
+		if o.CardPolicy, err = ParsePolicy(v); err != nil {
+			return o, fmt.Errorf("annotation %s: %w", AnnotationCardPolicy, err)
+		}
+	}
+	if v, ok := ann[AnnotationNUMABind]; ok {
+		switch v {
+		case "true":
+			o.NUMABind = true
+		case "false":
+		default:
+			return o, fmt.Errorf("%w: annotation %s: %q, want true or false", ErrInvalid, AnnotationNUMABind, v)
+		}
+	}
+	if o.QoS, err = ParseQoSClass(ann[AnnotationQoS]); err != nil {
+		return o, fmt.Errorf("annotation %s: %w", AnnotationQoS, err)
+	}
+	return o, nil
+}
+
+func firstOf(ann map[string]string, keys ...string) string {
+	for _, k := range keys {
+		if v, ok := ann[k]; ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+// Command vc-scheduler is Volcano's scheduler with Tessera's plugins compiled in.
+// It is a drop-in replacement for Volcano's own vc-scheduler image: same flags, same
+// configuration file, plus the plugins registered by the imports below.
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/spf13/pflag"
+	_ "go.uber.org/automaxprocs"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	cliflag "k8s.io/component-base/cli/flag"
+	componentbaseoptions "k8s.io/component-base/config/options"
+	"k8s.io/klog/v2"
+
+	"volcano.sh/volcano/cmd/scheduler/app"
+	"volcano.sh/volcano/cmd/scheduler/app/options"
+	commonutil "volcano.sh/volcano/pkg/util"
+	"volcano.sh/volcano/pkg/version"
+
+	// Volcano's own actions and plugins.
+	_ "volcano.sh/volcano/pkg/scheduler/actions"
+	_ "volcano.sh/volcano/pkg/scheduler/plugins"
+	_ "volcano.sh/volcano/pkg/scheduler/util/assert"
+)
+
+var logFlushFreq = pflag.Duration("log-flush-frequency", 5*time.Second, "Maximum time between log flushes.")
+
+func main() {
+	klog.InitFlags(nil)
+
+	fs := pflag.CommandLine
+	s := options.NewServerOption()
+	s.AddFlags(fs)
+	utilfeature.DefaultMutableFeatureGate.AddFlag(fs)
+
+	commonutil.LeaderElectionDefault(&s.LeaderElection)
+	s.LeaderElection.ResourceName = commonutil.GenerateComponentName(s.SchedulerNames)
+	componentbaseoptions.BindLeaderElectionFlags(&s.LeaderElection, fs)
+	s.RegisterOptions()
+
+	cliflag.InitFlags()
+
+	if s.PrintVersion {
+		version.PrintVersionAndExit()
+		return
+	}
+	if err := s.CheckOptionOrDie(); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(1)
+	}
+	if s.CaCertFile != "" && s.CertFile != "" && s.KeyFile != "" {
+		if err := s.ParseCAFiles(nil); err != nil {
+			fmt.Fprintf(os.Stderr, "parse CA files: %v\n", err)
+			os.Exit(1)
+		}
+	}
+	klog.InfoS("Starting Tessera vc-scheduler", "goVersion", runtime.Version())
+
+	klog.StartFlushDaemon(*logFlushFreq)
+	defer klog.Flush()
+
+	if err := app.Run(s); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(1)
+	}
+}

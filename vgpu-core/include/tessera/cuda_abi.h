@@ -1,0 +1,167 @@
+/*
+ * The subset of the CUDA driver API that vgpu-core hooks or calls, declared from the public
+ * driver API reference. Names, enum values and struct layouts must match libcuda.so.1 exactly:
+ * the library sits between applications compiled against NVIDIA's cuda.h and the real driver.
+ * Only 64-bit Linux is supported (CUdeviceptr is 64 bits wide).
+ */
+#ifndef TESSERA_CUDA_ABI_H
+#define TESSERA_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudaError_enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEINITIALIZED = 4,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999
+} CUresult;
+
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;          /* CUdeviceptr_v2 on 64-bit */
+typedef uint64_t cuuint64_t;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+} CUdevice_attribute;
+
+typedef enum CUarray_format_enum {
+    CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    CU_AD_FORMAT_HALF = 0x10,
+    CU_AD_FORMAT_FLOAT = 0x20
+} CUarray_format;
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {          /* CUDA_ARRAY_DESCRIPTOR_v2 */
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {        /* CUDA_ARRAY3D_DESCRIPTOR_v2 */
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_LOCATION_TYPE_HOST = 2
+} CUmemLocationType;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+    int type;                       /* CUmemAllocationType: 1 = pinned */
+    int requestedHandleTypes;       /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;  /* opaque here: passed through */
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef enum CUdriverProcAddress_flags_enum {
+    CU_GET_PROC_ADDRESS_DEFAULT = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1
+} CUdriverProcAddress_flags;
+
+typedef enum CUdriverProcAddressQueryResult_enum {
+    CU_GET_PROC_ADDRESS_SUCCESS = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
+} CUdriverProcAddressQueryResult;
+
+/* The function types below name every entry point vgpu-core touches. */
+typedef CUresult (*cuInit_fn)(unsigned int);
+typedef CUresult (*cuDriverGetVersion_fn)(int *);
+typedef CUresult (*cuDeviceGet_fn)(CUdevice *, int);
+typedef CUresult (*cuDeviceGetCount_fn)(int *);
+typedef CUresult (*cuDeviceGetAttribute_fn)(int *, CUdevice_attribute, CUdevice);
+typedef CUresult (*cuDeviceGetUuid_fn)(CUuuid *, CUdevice);
+typedef CUresult (*cuDeviceTotalMem_fn)(size_t *, CUdevice);
+typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *);
+typedef CUresult (*cuCtxGetCurrent_fn)(CUcontext *);
+typedef CUresult (*cuMemGetInfo_fn)(size_t *, size_t *);
+typedef CUresult (*cuMemAlloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*cuMemAllocPitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*cuMemAllocManaged_fn)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*cuMemFree_fn)(CUdeviceptr);
+typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*cuMemAllocFromPoolAsync_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*cuMemFreeAsync_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                                   unsigned long long);
+typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*cuArrayCreate_fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+typedef CUresult (*cuArray3DCreate_fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+typedef CUresult (*cuArrayDestroy_fn)(CUarray);
+typedef CUresult (*cuMipmappedArrayCreate_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+typedef CUresult (*cuMipmappedArrayDestroy_fn)(CUmipmappedArray);
+typedef CUresult (*cuLaunchKernel_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                      unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+typedef CUresult (*cuLaunchKernelEx_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned int, unsigned int, unsigned int,
+                                                 unsigned int, unsigned int, unsigned int, unsigned int,
+                                                 CUstream, void **);
+typedef CUresult (*cuGetProcAddress_v1_fn)(const char *, void **, int, cuuint64_t);
+typedef CUresult (*cuGetProcAddress_v2_fn)(const char *, void **, int, cuuint64_t,
+                                           CUdriverProcAddressQueryResult *);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

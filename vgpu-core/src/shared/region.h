@@ -1,0 +1,64 @@
+/*
+ * The container-wide accounting region: a file mapped by every process of the container. It holds
+ * per-card memory usage (per process, so a dead process's share can be reclaimed) under a robust
+ * process-shared mutex, and the lock-free per-card launch budget used by the SM limiter.
+ */
+#ifndef TESSERA_REGION_H
+#define TESSERA_REGION_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/config.h"
+
+#define REGION_MAGIC 0x31415345535345544ULL
+#define REGION_VERSION 1
+#define REGION_MAX_PROCS 1024
+
+struct region_card {
+    uint64_t used_bytes;               /* sum of procs[].used[card]; under the lock */
+    /* SM limiter state, shared lock-free by every process of the container. */
+    _Atomic uint64_t tat_ns;           /* GCRA theoretical arrival time of the next launch */
+    _Atomic uint64_t ns_per_wave;      /* budget time charged per wave of blocks */
+    _Atomic uint64_t ctl_last_ns;      /* last controller update: one process updates per period */
+    _Atomic uint64_t waits;            /* launches delayed since the last update */
+    _Atomic uint32_t capped;           /* 1 when launches are metered (fixed-share or contended burst) */
+    _Atomic uint32_t util_pct;         /* last measured utilisation of the container, for tests/metrics */
+};
+
+struct region_proc {
+    int32_t pid;                       /* 0 = free slot */
+    uint32_t pad;
+    uint64_t start_time;               /* /proc/<pid>/stat starttime: detects pid reuse */
+    uint64_t used[TESSERA_MAX_CARDS];
+};
+
+struct region {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;
+    pthread_mutex_t lock;
+    uint64_t reclaimed_bytes;          /* total taken back from dead processes (diagnostics) */
+    struct region_card cards[TESSERA_MAX_CARDS];
+    struct region_proc procs[REGION_MAX_PROCS];
+};
+
+/* Maps (creating if needed) the region at path; falls back to a private region on failure. */
+struct region *region_open(const char *path);
+/* Claims this process's slot (again after fork). Returns the slot index or -1 when full. */
+int region_register(struct region *r);
+/*
+ * Adds bytes to card's usage for this process unless that would exceed limit (0 = no limit).
+ * Before refusing, usage of dead processes is reclaimed. Returns true when reserved.
+ */
+bool region_reserve(struct region *r, int slot, int card, uint64_t bytes, uint64_t limit);
+/* Gives bytes back; saturates at zero so accounting can never underflow. */
+void region_release(struct region *r, int slot, int card, uint64_t bytes);
+/* Container-wide usage of card (after reclaiming dead processes). */
+uint64_t region_used(struct region *r, int card);
+/* Number of live registered processes. */
+int region_live_procs(struct region *r, int32_t *pids, int max);
+
+#endif
