@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Reason is why a card cannot take a container.
+type Reason string
+
+// Reasons, in the order the filters apply them.
+const (
+	ReasonUnhealthy  Reason = "unhealthy"
+	ReasonMIG        Reason = "in MIG mode"
+	ReasonUUIDFilter Reason = "excluded by UUID annotation"
+	ReasonTypeFilter Reason = "excluded by GPU type annotation"
+	ReasonTooSmall   Reason = "smaller than the request"
+	ReasonShares     Reason = "all shares taken"
+	ReasonNotIdle    Reason = "not idle for an exclusive request"
+	ReasonCores      Reason = "insufficient cores"
+	ReasonMemory     Reason = "insufficient memory"
+)
+
+// Resolvable reports whether the reason depends on other tenants' usage, so that
+// evicting or waiting for them could help. The rest are properties of the card or
+// of the request.
+func (r Reason) Resolvable() bool {
+	switch r {
+	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory:
+		return true
+	}
+	return false
+}
+
+// CardReject is one card's refusal.
+type CardReject struct {
+	Index  int
+	UUID   string
+	Reason Reason
+	Detail string
+}
+
+func (r CardReject) String() string {
+	s := fmt.Sprintf("card %d (%s): %s", r.Index, r.UUID, r.Reason)
+	if r.Detail != "" {
+		s += ": " + r.Detail
+	}
+	return s
+}
+
+// FitError explains why a container found too few cards on a node.
+type FitError struct {
+	Node      string
+	Container string
+	Wanted    int
+	Fitting   int
+	Cards     int
+	Rejects   []CardReject
+}
+
+// Error is the short, per-node summary that Volcano aggregates across nodes, e.g.
+// `vgpu: container "train" needs 2 cards, 1 of 8 fit (6 insufficient memory, 1 unhealthy)`.
+func (e *FitError) Error() string {
+	if e.Cards == 0 {
+		return fmt.Sprintf("vgpu: container %q needs %d cards, node has no vGPU cards", e.Container, e.Wanted)
+	}
+	return fmt.Sprintf("vgpu: container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+}
+
+// Detail lists every refused card with the limit that failed.
+func (e *FitError) Detail() string {
+	parts := make([]string, len(e.Rejects))
+	for i, r := range e.Rejects {
+		parts[i] = r.String()
+	}
+	return e.Error() + ": " + strings.Join(parts, "; ")
+}
+
+// Resolvable reports whether any refusal could clear as other tenants leave.
+func (e *FitError) Resolvable() bool {
+	for _, r := range e.Rejects {
+		if r.Reason.Resolvable() {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *FitError) histogram() string {
+	counts := map[Reason]int{}
+	for _, r := range e.Rejects {
+		counts[r.Reason]++
+	}
+	keys := make([]string, 0, len(counts))
+	for r, n := range counts {
+		keys = append(keys, fmt.Sprintf("%d %s", n, r))
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return "too few cards on the node"
+	}
+	return strings.Join(keys, ", ")
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
