@@ -1,0 +1,176 @@
+// Package discovery reads the node's cards through NVML: identity, memory, SM count,
+// NUMA node, MIG mode and the link between every pair of cards.
+package discovery
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// ErrNVML is wrapped when an NVML call that discovery cannot do without fails.
+var ErrNVML = errors.New("nvml")
+
+// ErrNoCards is returned when NVML works but reports no usable card.
+var ErrNoCards = errors.New("no usable cards")
+
+// Options tune what discovery reports.
+type Options struct {
+	// Shares is the number of kubelet slots (containers at once) per card.
+	Shares int
+	// SysfsRoot is where PCI devices are looked up when NVML cannot tell a card's NUMA
+	// node ("/sys" on a real node; empty skips the fallback).
+	SysfsRoot string
+}
+
+// Device is one discovered card with the NVML handle the health checks use.
+type Device struct {
+	Card     api.Card
+	Minor    int
+	PCIBusID string
+	Handle   nvml.Device
+}
+
+// Result is what one discovery pass found.
+type Result struct {
+	Devices []Device
+	// Links[i][j] is the link between Devices[i] and Devices[j].
+	Links [][]api.LinkType
+	// Skipped names the cards NVML reported but that could not be read, with the reason.
+	Skipped []string
+	Driver  string
+}
+
+// Cards returns the api view of the discovered cards, in index order.
+func (r *Result) Cards() []api.Card {
+	out := make([]api.Card, len(r.Devices))
+	for i, d := range r.Devices {
+		out[i] = d.Card
+	}
+	return out
+}
+
+// Discover reads every card NVML reports. The caller has initialised lib. A card whose
+// identity or memory cannot be read is skipped and named in Result.Skipped; fields
+// NVML does not support on a card keep their "unknown" values.
+func Discover(lib nvml.Interface, opts Options) (*Result, error) {
+	if opts.Shares < 1 {
+		return nil, fmt.Errorf("discovery: shares per card is %d, want at least 1", opts.Shares)
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%w: DeviceGetCount: %v", ErrNVML, ret)
+	}
+	res := &Result{}
+	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		res.Driver = v
+	}
+	for i := 0; i < n; i++ {
+		d, err := readDevice(lib, i, opts)
+		if err != nil {
+			klog.ErrorS(err, "Skipping card that NVML cannot read", "index", i)
+			res.Skipped = append(res.Skipped, fmt.Sprintf("index %d: %v", i, err))
+			continue
+		}
+		res.Devices = append(res.Devices, d)
+	}
+	if len(res.Devices) == 0 {
+		return res, fmt.Errorf("%w: NVML reports %d cards, skipped %v", ErrNoCards, n, res.Skipped)
+	}
+	res.Links = linkMatrix(res.Devices)
+	klog.InfoS("Discovered cards", "count", len(res.Devices), "skipped", len(res.Skipped), "driver", res.Driver)
+	return res, nil
+}
+
+func readDevice(lib nvml.Interface, index int, opts Options) (Device, error) {
+	h, ret := lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return Device{}, fmt.Errorf("%w: DeviceGetHandleByIndex: %v", ErrNVML, ret)
+	}
+	uuid, ret := h.GetUUID()
+	if ret != nvml.SUCCESS {
+		return Device{}, fmt.Errorf("%w: GetUUID: %v", ErrNVML, ret)
+	}
+	name, ret := h.GetName()
+	if ret != nvml.SUCCESS {
+		return Device{}, fmt.Errorf("%w: card %s: GetName: %v", ErrNVML, uuid, ret)
+	}
+	mem, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS || mem.Total == 0 {
+		return Device{}, fmt.Errorf("%w: card %s: GetMemoryInfo: %v", ErrNVML, uuid, ret)
+	}
+	d := Device{Handle: h, Minor: -1, Card: api.Card{
+		UUID: uuid, Index: index, Model: sanitizeModel(name), MemoryMiB: int64(mem.Total >> 20),
+		NUMA: -1, Shares: opts.Shares, Healthy: true,
+	}}
+	if minor, ret := h.GetMinorNumber(); ret == nvml.SUCCESS {
+		d.Minor = minor
+	}
+	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		d.PCIBusID = busID(pci)
+	}
+	if attrs, ret := h.GetAttributes(); ret == nvml.SUCCESS {
+		d.Card.SMCount = int(attrs.MultiprocessorCount)
+	} else {
+		klog.V(4).InfoS("SM count unknown", "uuid", uuid, "nvml", ret)
+	}
+	if mode, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
+		d.Card.MIG = mode == nvml.DEVICE_MIG_ENABLE
+	}
+	d.Card.NUMA = numaNode(h, d.PCIBusID, opts.SysfsRoot)
+	return d, nil
+}
+
+// numaNode asks NVML first and falls back to the PCI device's sysfs entry, which is
+// what older drivers leave as the only source.
+func numaNode(h nvml.Device, bus, sysfs string) int {
+	if n, ret := h.GetNumaNodeId(); ret == nvml.SUCCESS && n >= 0 {
+		return n
+	}
+	if sysfs == "" || bus == "" {
+		return -1
+	}
+	b, err := os.ReadFile(filepath.Join(sysfs, "bus/pci/devices", strings.ToLower(bus), "numa_node"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// busID normalises NVML's PCI bus ID ("00000000:3B:00.0") to sysfs form ("0000:3b:00.0").
+func busID(p nvml.PciInfo) string {
+	b := make([]byte, 0, len(p.BusId))
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	s := strings.ToLower(string(b))
+	if len(s) == 16 && strings.HasPrefix(s, "0000") {
+		s = s[4:]
+	}
+	return s
+}
+
+// sanitizeModel keeps model names within the separators the api grammars reserve.
+func sanitizeModel(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ',' || r == ':' || r == ';' {
+			return '-'
+		}
+		return r
+	}, name)
+}

@@ -1,0 +1,110 @@
+package handoff
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// LimitsFileName is the limits file inside the container directory.
+const LimitsFileName = "limits.env"
+
+// RegionFileName is the shared accounting region inside the container directory.
+const RegionFileName = "region"
+
+// Preload modes: how the hook library gets into every process of the container.
+const (
+	// PreloadFile mounts an ld.so.preload naming the library over /etc/ld.so.preload.
+	// It survives entrypoints that clear the environment; it is the default.
+	PreloadFile = "ld-so-preload"
+	// PreloadEnv sets LD_PRELOAD, for images that ship their own /etc/ld.so.preload.
+	PreloadEnv = "env"
+)
+
+// Container is what every container gets, whatever its cards.
+type Container struct {
+	// HookLibrary is the host path of libvgpu.so; it is mounted read-only at the same path.
+	HookLibrary string
+	// PreloadHostFile is the host file holding the library path, for PreloadFile.
+	PreloadHostFile string
+	Preload         string
+	// Dir is where the per-container directory is mounted in the container.
+	Dir      string
+	LogLevel string
+}
+
+// limitValues are the vgpu-core keys of one container, in the order they are written.
+func (c *Container) limitValues(rec *Record) [][2]string {
+	uuids := make([]string, len(rec.Cards))
+	mem := make([]string, len(rec.Cards))
+	sm := make([]string, len(rec.Cards))
+	for i, card := range rec.Cards {
+		uuids[i] = card.UUID
+		mem[i] = strconv.FormatInt(card.MemoryMiB, 10)
+		sm[i] = strconv.Itoa(smLimit(card.Cores))
+	}
+	return [][2]string{
+		{api.EnvVisibleUUIDs, strings.Join(uuids, ",")},
+		{api.EnvMemoryLimitMiB, strings.Join(mem, ",")},
+		{api.EnvSMLimit, strings.Join(sm, ",")},
+		{api.EnvQoS, string(rec.QoS)},
+		{api.EnvSharedRegion, path.Join(c.Dir, RegionFileName)},
+		{api.EnvLogLevel, c.LogLevel},
+	}
+}
+
+// smLimit turns an assignment's cores into vgpu-core's SM limit: 0 cores (no compute
+// reserved, as Volcano writes for memory-only requests) runs uncapped, like 100.
+func smLimit(cores int) int {
+	if cores <= 0 || cores > 100 {
+		return 100
+	}
+	return cores
+}
+
+// LimitsFile renders the KEY=VALUE file vgpu-core reads over its environment.
+func (c *Container) LimitsFile(rec *Record) string {
+	var b strings.Builder
+	b.WriteString("version=1\n")
+	for _, kv := range c.limitValues(rec) {
+		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+	}
+	return b.String()
+}
+
+// Response is the kubelet's answer for one container: visible cards, the vgpu-core
+// environment, the hook library and the container's own directory.
+func (c *Container) Response(rec *Record, hostDir string) *pluginapi.ContainerAllocateResponse {
+	env := map[string]string{
+		"NVIDIA_VISIBLE_DEVICES": "",
+		// Cards are listed in PCI bus order; this makes CUDA ordinals follow it too.
+		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+		api.EnvLimitsFile:   path.Join(c.Dir, LimitsFileName),
+	}
+	for _, kv := range c.limitValues(rec) {
+		env[kv[0]] = kv[1]
+	}
+	env["NVIDIA_VISIBLE_DEVICES"] = env[api.EnvVisibleUUIDs]
+	mounts := []*pluginapi.Mount{
+		{ContainerPath: c.HookLibrary, HostPath: c.HookLibrary, ReadOnly: true},
+		{ContainerPath: c.Dir, HostPath: hostDir, ReadOnly: false},
+	}
+	switch c.Preload {
+	case PreloadEnv:
+		env["LD_PRELOAD"] = c.HookLibrary
+	default:
+		mounts = append(mounts, &pluginapi.Mount{ContainerPath: "/etc/ld.so.preload", HostPath: c.PreloadHostFile, ReadOnly: true})
+	}
+	return &pluginapi.ContainerAllocateResponse{
+		Envs:   env,
+		Mounts: mounts,
+		Annotations: map[string]string{
+			api.Prefix + "container": rec.Namespace + "/" + rec.Pod + "/" + rec.Container,
+		},
+	}
+}

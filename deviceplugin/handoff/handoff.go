@@ -1,0 +1,235 @@
+// Package handoff decides which pod and container each kubelet device-plugin call
+// serves, and sets the container up with exactly its assignment. It never guesses: the
+// cards follow from the slot IDs the kubelet passes, the pod from the kubelet's own
+// PodResources table, and every answer is checked against the scheduler's annotation.
+// docs/device-plugin.md explains the mechanism.
+package handoff
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+)
+
+// Config is the part of the agent's configuration the handoff needs.
+type Config struct {
+	Node string
+	// Resource is the extended resource the agent advertises (api.ResourceNumber by default).
+	Resource string
+	Names    api.ResourceNames
+	// IdentifyTimeout bounds the wait for the informer to show a pod the kubelet already tracks.
+	IdentifyTimeout time.Duration
+	PollInterval    time.Duration
+	Container       Container
+}
+
+// Observer receives the outcome of each kubelet call; the metrics package implements it.
+type Observer interface {
+	ObserveCall(call string, err error, d time.Duration)
+}
+
+// Handoff serves the kubelet's allocation calls.
+type Handoff struct {
+	cfg      Config
+	cards    *cards.Registry
+	pods     PodLookup
+	kubelet  KubeletPods
+	store    *Store
+	marker   Marker
+	observer Observer
+	now      func() time.Time
+	// admission serialises GetPreferredAllocation and Allocate, which the kubelet itself
+	// issues one pod at a time; PreStartContainer runs concurrently.
+	admission sync.Mutex
+}
+
+// New builds a Handoff; observer may be nil.
+func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, store *Store, marker Marker, observer Observer) *Handoff {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	return &Handoff{cfg: cfg, cards: reg, pods: pods, kubelet: kubelet, store: store, marker: marker, observer: observer, now: time.Now}
+}
+
+func (h *Handoff) observe(call string, start time.Time, err error) {
+	if h.observer != nil {
+		h.observer.ObserveCall(call, err, time.Since(start))
+	}
+}
+
+// Preferred answers GetPreferredAllocation for one container: one free slot on each card
+// of the container the kubelet is setting up.
+func (h *Handoff) Preferred(ctx context.Context, req *pluginapi.ContainerPreferredAllocationRequest) (ids []string, err error) {
+	start := time.Now()
+	defer func() { h.observe("GetPreferredAllocation", start, err) }()
+	h.admission.Lock()
+	defer h.admission.Unlock()
+	size := int(req.GetAllocationSize())
+	free := map[string][]string{} // card UUID -> available slot IDs
+	for _, id := range req.GetAvailableDeviceIDs() {
+		uuid, _, err := cards.ParseSlotID(id)
+		if err != nil {
+			return nil, err
+		}
+		free[uuid] = append(free[uuid], id)
+	}
+	for _, ids := range free {
+		sort.Slice(ids, func(a, b int) bool { return slotLess(ids[a], ids[b]) })
+	}
+	deadline := time.Now().Add(h.cfg.IdentifyTimeout)
+	for {
+		v, verr := h.view(ctx, nil)
+		if verr == nil {
+			ids, done, perr := h.preferFrom(v, free, req.GetMustIncludeDeviceIDs(), size)
+			if done {
+				return ids, perr
+			}
+			verr = perr
+		}
+		if time.Now().After(deadline) {
+			return nil, verr
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%v)", verr, ctx.Err())
+		case <-time.After(h.cfg.PollInterval):
+		}
+	}
+}
+
+// preferFrom picks slots for the viable candidates; done is false when waiting for the
+// informer could still change the answer.
+func (h *Handoff) preferFrom(v *kubeletView, free map[string][]string, must []string, size int) ([]string, bool, error) {
+	var picks [][]string
+	var viable []candidate
+	var full []string
+	for _, c := range v.cands {
+		if len(c.c.Cards) != size {
+			continue
+		}
+		ids, ok := pickSlots(c.c.Cards, free, must)
+		if !ok {
+			full = append(full, c.String())
+			continue
+		}
+		viable = append(viable, c)
+		picks = append(picks, ids)
+	}
+	for i := 1; i < len(viable); i++ {
+		if !sameCards(viable[i].c.Cards, uuidsOf(viable[0].c.Cards)) {
+			return nil, true, fmt.Errorf("%w: %d containers of %d cards wait with different cards: %s", ErrAmbiguous, len(viable), size, describe(viable))
+		}
+	}
+	if len(viable) > 0 {
+		klog.V(4).InfoS("Preferring slots", "pod", klog.KObj(viable[0].pod), "container", viable[0].c.Name, "slots", picks[0])
+		return picks[0], true, nil
+	}
+	err := fmt.Errorf("%w: no container of %d cards waits with a free slot on each of its cards; waiting: [%s]; cards without a free slot for: [%s]; unusable assignments: [%s]; pods not yet seen: [%s]",
+		ErrNoPendingContainer, size, describe(v.cands), strings.Join(full, "; "), strings.Join(v.problems, "; "), strings.Join(v.unknown, ", "))
+	return nil, len(v.unknown) == 0, err
+}
+
+// pickSlots takes, for each card, a slot the kubelet must include if there is one, or
+// else the lowest free slot.
+func pickSlots(want []api.CardAssignment, free map[string][]string, must []string) ([]string, bool) {
+	mustOn := map[string]string{}
+	for _, id := range must {
+		uuid, _, err := cards.ParseSlotID(id)
+		if err != nil {
+			return nil, false
+		}
+		mustOn[uuid] = id
+	}
+	ids := make([]string, 0, len(want))
+	for _, c := range want {
+		if id, ok := mustOn[c.UUID]; ok {
+			ids = append(ids, id)
+			delete(mustOn, c.UUID)
+			continue
+		}
+		if len(free[c.UUID]) == 0 {
+			return nil, false
+		}
+		ids = append(ids, free[c.UUID][0])
+	}
+	return ids, len(mustOn) == 0
+}
+
+// Allocate sets up each container of the request: its cards from its slot IDs, its
+// pod and limits from the one pending container that wants exactly those cards.
+func (h *Handoff) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
+	start := time.Now()
+	defer func() { h.observe("Allocate", start, err) }()
+	h.admission.Lock()
+	defer h.admission.Unlock()
+	resp = &pluginapi.AllocateResponse{}
+	exclude := map[string]bool{}
+	for i, cr := range req.GetContainerRequests() {
+		r, key, err := h.allocateOne(ctx, cr.GetDevicesIDs(), exclude)
+		if err != nil {
+			klog.ErrorS(err, "Refusing Allocate", "container", i, "slots", cr.GetDevicesIDs())
+			return nil, fmt.Errorf("allocate container request %d (slots %s): %w", i, strings.Join(cr.GetDevicesIDs(), ","), err)
+		}
+		exclude[key] = true
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+	}
+	return resp, nil
+}
+
+func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[string]bool) (*pluginapi.ContainerAllocateResponse, string, error) {
+	got, err := h.cards.CardsForSlots(ids)
+	if err != nil {
+		return nil, "", err
+	}
+	uuids := make([]string, len(got))
+	for i, c := range got {
+		uuids[i] = c.UUID
+	}
+	c, err := h.identify(ctx, uuids, exclude)
+	if err != nil {
+		return nil, "", err
+	}
+	rec := &Record{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: string(c.pod.UID), Container: c.c.Name,
+		SlotIDs: append([]string(nil), ids...), Cards: h.indexOrder(c.c.Cards), QoS: c.asg.QoS, Allocated: h.now()}
+	if err := h.store.Prepare(rec, h.cfg.Container.LimitsFile(rec)); err != nil {
+		return nil, "", err
+	}
+	klog.V(3).InfoS("Allocated", "pod", klog.KObj(c.pod), "container", c.c.Name, "cards", uuids)
+	return h.cfg.Container.Response(rec, h.store.ContainerDir(rec.UID, rec.Container)), c.key(), nil
+}
+
+// indexOrder sorts a container's cards by NVML index, the order CUDA ordinals follow.
+func (h *Handoff) indexOrder(in []api.CardAssignment) []api.CardAssignment {
+	out := append([]api.CardAssignment(nil), in...)
+	idx := func(u string) int {
+		if c, ok := h.cards.Card(u); ok {
+			return c.Index
+		}
+		return 1 << 30
+	}
+	sort.SliceStable(out, func(a, b int) bool { return idx(out[a].UUID) < idx(out[b].UUID) })
+	return out
+}
+
+func uuidsOf(cs []api.CardAssignment) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.UUID
+	}
+	return out
+}
+
+func slotLess(a, b string) bool {
+	_, x, _ := cards.ParseSlotID(a)
+	_, y, _ := cards.ParseSlotID(b)
+	return x < y
+}

@@ -1,0 +1,150 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// ErrNoAssignment is wrapped when a pod carries neither Tessera's assignment nor
+// Volcano's vgpu-ids-new.
+var ErrNoAssignment = errors.New("no card assignment")
+
+// ErrWrongNode is wrapped when a pod's assignment names another node.
+var ErrWrongNode = errors.New("assignment is for another node")
+
+// PodLookup finds pods bound to this node. Only pods the scheduler bound here are
+// visible: the informer behind it is filtered by spec.nodeName.
+type PodLookup interface {
+	Get(namespace, name string) (*corev1.Pod, bool)
+	// Exists reports whether a pod with this UID is bound to the node.
+	Exists(uid types.UID) bool
+	// Synced reports whether the lookup has seen the full list once.
+	Synced() bool
+}
+
+// InformerPods is a PodLookup over a node-filtered shared informer.
+type InformerPods struct {
+	factory informers.SharedInformerFactory
+	lister  listersv1.PodLister
+	synced  cache.InformerSynced
+	node    string
+}
+
+// NewInformerPods watches the pods bound to node; call Start before use.
+func NewInformerPods(client kubernetes.Interface, node string) *InformerPods {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	inf := f.Core().V1().Pods()
+	return &InformerPods{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced, node: node}
+}
+
+// Start runs the informer until ctx ends and waits for its first list.
+func (p *InformerPods) Start(ctx context.Context) error {
+	p.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced) {
+		return fmt.Errorf("pod informer for node %s did not sync: %w", p.node, ctx.Err())
+	}
+	return nil
+}
+
+// Get returns the pod if it is bound to this node.
+func (p *InformerPods) Get(namespace, name string) (*corev1.Pod, bool) {
+	pod, err := p.lister.Pods(namespace).Get(name)
+	if err != nil || pod.Spec.NodeName != p.node {
+		return nil, false
+	}
+	return pod, true
+}
+
+// Exists reports whether a pod with this UID is bound to the node.
+func (p *InformerPods) Exists(uid types.UID) bool {
+	pods, err := p.lister.List(labels.Everything())
+	if err != nil {
+		return true // when in doubt, a pod is not gone
+	}
+	for _, pod := range pods {
+		if pod.UID == uid && pod.Spec.NodeName == p.node {
+			return true
+		}
+	}
+	return false
+}
+
+// Synced reports whether the informer has listed once.
+func (p *InformerPods) Synced() bool { return p.synced() }
+
+// WaitFor polls until get returns true or the timeout passes; the informer may see a
+// pod a little after the kubelet does.
+func WaitFor(ctx context.Context, timeout, every time.Duration, get func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if get() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(every):
+		}
+	}
+}
+
+// ReadAssignment returns the pod's card assignment: Tessera's annotation, or else
+// Volcano's vgpu-ids-new read positionally over the pod's vGPU containers in spec order.
+func ReadAssignment(pod *corev1.Pod, node string, names api.ResourceNames) (*api.PodAssignment, error) {
+	if s, ok := pod.Annotations[api.AnnotationAssignment]; ok {
+		a, err := api.DecodeAssignment(s)
+		if err != nil {
+			return nil, err
+		}
+		if a.Node != node {
+			return nil, fmt.Errorf("%w: %s names node %q, this is %q", ErrWrongNode, api.AnnotationAssignment, a.Node, node)
+		}
+		return a, nil
+	}
+	s, ok := pod.Annotations[api.VolcanoAssignedIDs]
+	if !ok {
+		return nil, fmt.Errorf("%w: the pod has neither %s nor %s", ErrNoAssignment, api.AnnotationAssignment, api.VolcanoAssignedIDs)
+	}
+	perContainer, err := api.DecodeVolcanoPodDevices(s)
+	if err != nil {
+		return nil, err
+	}
+	reqs, err := names.ContainerRequests(pod)
+	if err != nil {
+		return nil, err
+	}
+	if len(perContainer) != len(reqs) {
+		return nil, fmt.Errorf("%w: %s: %d container entries for %d vGPU containers", api.ErrInvalid, api.VolcanoAssignedIDs, len(perContainer), len(reqs))
+	}
+	qos, err := api.ParseQoSClass(pod.Annotations[api.AnnotationQoS])
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", api.AnnotationQoS, err)
+	}
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, QoS: qos}
+	for i, r := range reqs {
+		if len(perContainer[i]) != r.Cards {
+			return nil, fmt.Errorf("%w: %s: container %q has %d cards, requests %d", api.ErrInvalid, api.VolcanoAssignedIDs, r.Name, len(perContainer[i]), r.Cards)
+		}
+		a.Containers = append(a.Containers, api.ContainerAssignment{Name: r.Name, Cards: perContainer[i]})
+	}
+	return a, nil
+}
