@@ -64,8 +64,10 @@ func New(opts Options, reg *cards.Registry, h Handler) *Server {
 	return &Server{opts: opts, reg: reg, handler: h}
 }
 
-func (s *Server) socketPath() string  { return filepath.Join(s.opts.PluginDir, s.opts.SocketName) }
-func (s *Server) kubeletPath() string { return filepath.Join(s.opts.PluginDir, filepath.Base(pluginapi.KubeletSocket)) }
+func (s *Server) socketPath() string { return filepath.Join(s.opts.PluginDir, s.opts.SocketName) }
+func (s *Server) kubeletPath() string {
+	return filepath.Join(s.opts.PluginDir, filepath.Base(pluginapi.KubeletSocket))
+}
 
 // Run serves and keeps the registration alive until ctx ends. The kubelet removes
 // plugin sockets when it restarts and recreates kubelet.sock: either one makes the
