@@ -161,6 +161,14 @@ typedef CUresult (*cuGetProcAddress_v1_fn)(const char *, void **, int, cuuint64_
 typedef CUresult (*cuGetProcAddress_v2_fn)(const char *, void **, int, cuuint64_t,
                                            CUdriverProcAddressQueryResult *);
 
+/* Pre-3.2 (32-bit size) entry points still exported by libcuda for old binaries. */
+typedef CUresult (*cuMemAlloc_v1_fn)(unsigned int *, unsigned int);
+typedef CUresult (*cuMemAllocPitch_v1_fn)(unsigned int *, unsigned int *, unsigned int, unsigned int, unsigned int);
+typedef CUresult (*cuMemGetInfo_v1_fn)(unsigned int *, unsigned int *);
+typedef CUresult (*cuDeviceTotalMem_v1_fn)(unsigned int *, CUdevice);
+typedef CUresult (*cuArrayCreate_v1_fn)(CUarray *, const void *);
+typedef CUresult (*cuArray3DCreate_v1_fn)(CUarray *, const void *);
+
 #ifdef __cplusplus
 }
 #endif

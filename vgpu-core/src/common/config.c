@@ -26,7 +26,7 @@ static char *trim(char *s)
 static int split_list(char *buf, char *items[TESSERA_MAX_CARDS])
 {
     int n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok; (tok = strsep(&buf, ",")) != NULL;) {
         if (n == TESSERA_MAX_CARDS)
             return -1;
         items[n] = trim(tok);

@@ -13,7 +13,7 @@
 
 #include "../common/config.h"
 
-#define REGION_MAGIC 0x31415345535345544ULL
+#define REGION_MAGIC 0x5445535345524131ULL /* "TESSERA1" */
 #define REGION_VERSION 1
 #define REGION_MAX_PROCS 1024
 

@@ -1,0 +1,153 @@
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../limits/memory.h"
+#include "../limits/sm.h"
+#include "log.h"
+#include "state.h"
+
+struct tessera_state tessera;
+atomic_int tessera_ready;
+atomic_int tessera_launch_gate = 1;
+struct tessera_real_cuda tessera_cuda;
+struct tessera_real_nvml tessera_nvml;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int slot_valid;
+static int slot = -1;
+
+static void *open_real(const char *env, const char *dflt)
+{
+    const char *path = getenv(env);
+    if (!path || !*path)
+        path = dflt;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        TLOG(TLOG_ERROR, "cannot load real library %s: %s", path, dlerror());
+    return h;
+}
+
+#define RESOLVE_CUDA(name, type) tessera_cuda.name = (type)tessera_real_dlsym(h, #name);
+#define RESOLVE_NVML(name, type) tessera_nvml.name = (type)tessera_real_dlsym(h, #name);
+
+static void child_after_fork(void)
+{
+    /* The child is a new process: it needs its own slot and owns none of the parent's allocations. */
+    atomic_store(&slot_valid, 0);
+    slot = -1;
+    tessera_mem_forget_all();
+    tessera_sm_after_fork();
+}
+
+static void init_once_body(void)
+{
+    tessera_resolve_real_dlsym();
+    const char *lvl = getenv("TESSERA_LOG_LEVEL");
+    if (lvl && tessera_log_parse_level(lvl) >= 0)
+        tessera_log_level = tessera_log_parse_level(lvl);
+    tessera_config_load(&tessera.cfg);
+    struct tessera_config *c = &tessera.cfg;
+    tessera.passthrough = !c->any_setting;
+    tessera.any_mem_limit = c->poisoned;
+    for (int i = 0; i < c->mem_count; i++)
+        tessera.any_mem_limit |= c->mem_limit[i] != 0;
+    for (int i = 0; i < c->sm_count; i++)
+        tessera.any_sm_limit |= c->sm_limit[i] < 100 && c->qos != QOS_BEST_EFFORT;
+
+    void *h = open_real("TESSERA_REAL_CUDA_LIB", "libcuda.so.1");
+    if (h) {
+        tessera.cuda_loaded = true;
+        TESSERA_CUDA_HOOKS(RESOLVE_CUDA)
+        TESSERA_CUDA_CALLS(RESOLVE_CUDA)
+    }
+    if (tessera.any_mem_limit || tessera.any_sm_limit)
+        tessera.region = region_open(c->region_path);
+    pthread_atfork(NULL, NULL, child_after_fork);
+    TLOG(TLOG_INFO, "initialised: %s, memory limits %s, SM limits %s",
+         tessera.passthrough ? "pass-through" : "limits configured", tessera.any_mem_limit ? "on" : "off",
+         tessera.any_sm_limit ? "on" : "off");
+    if (!tessera.any_sm_limit)
+        atomic_store(&tessera_launch_gate, 0);
+    atomic_store_explicit(&tessera_ready, 1, memory_order_release);
+}
+
+void tessera_init(void)
+{
+    pthread_once(&init_once, init_once_body);
+}
+
+int tessera_slot(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&slot_valid, memory_order_acquire), 1))
+        return slot;
+    pthread_mutex_lock(&slot_mu);
+    if (!atomic_load(&slot_valid) && tessera.region) {
+        slot = region_register(tessera.region);
+        atomic_store_explicit(&slot_valid, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&slot_mu);
+    return slot;
+}
+
+int tessera_current_card(void)
+{
+    CUdevice d;
+    if (!tessera_cuda.cuCtxGetDevice || tessera_cuda.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        return -1;
+    return d;
+}
+
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+static bool nvml_ok;
+
+static void nvml_load_body(void)
+{
+    void *h = open_real("TESSERA_REAL_NVML_LIB", "libnvidia-ml.so.1");
+    if (!h)
+        return;
+    TESSERA_NVML_HOOKS(RESOLVE_NVML)
+    TESSERA_NVML_CALLS(RESOLVE_NVML)
+    nvml_ok = tessera_nvml.nvmlInit_v2 && tessera_nvml.nvmlInit_v2() == NVML_SUCCESS;
+    if (!nvml_ok)
+        TLOG(TLOG_ERROR, "real NVML unusable: compute limits cannot measure utilisation");
+}
+
+bool tessera_nvml_load(void)
+{
+    pthread_once(&nvml_once, nvml_load_body);
+    return nvml_ok;
+}
+
+/* Remembers which names were already reported so a missing symbol logs once, not per call. */
+static void log_missing_once(const char *name)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static const char *seen[64];
+    static int nseen;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nseen; i++)
+        if (seen[i] == name) {
+            pthread_mutex_unlock(&mu);
+            return;
+        }
+    if (nseen < 64)
+        seen[nseen++] = name;
+    pthread_mutex_unlock(&mu);
+    TLOG(TLOG_ERROR, "real driver has no %s: returning an error instead of calling it", name);
+}
+
+CUresult tessera_cuda_missing(const char *name)
+{
+    log_missing_once(name);
+    return tessera.cuda_loaded ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+nvmlReturn_t tessera_nvml_missing(const char *name)
+{
+    log_missing_once(name);
+    return NVML_ERROR_FUNCTION_NOT_FOUND;
+}

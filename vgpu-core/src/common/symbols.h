@@ -1,0 +1,102 @@
+/*
+ * Every driver/NVML entry point vgpu-core hooks or calls, as X-macro lists. One list drives the
+ * real-function table, the exported hooks, dlsym interception and cuGetProcAddress rewriting, so
+ * adding a hook is one line here plus its body.
+ */
+#ifndef TESSERA_SYMBOLS_H
+#define TESSERA_SYMBOLS_H
+
+#include "tessera/cuda_abi.h"
+#include "tessera/nvml_abi.h"
+
+/* Hooked CUDA driver entry points: X(name, function type). */
+#define TESSERA_CUDA_HOOKS(X)                                        \
+    X(cuInit, cuInit_fn)                                             \
+    X(cuGetProcAddress, cuGetProcAddress_v1_fn)                      \
+    X(cuGetProcAddress_v2, cuGetProcAddress_v2_fn)                   \
+    X(cuMemGetInfo_v2, cuMemGetInfo_fn)                              \
+    X(cuDeviceTotalMem_v2, cuDeviceTotalMem_fn)                      \
+    X(cuMemAlloc_v2, cuMemAlloc_fn)                                  \
+    X(cuMemAllocPitch_v2, cuMemAllocPitch_fn)                        \
+    X(cuMemAllocManaged, cuMemAllocManaged_fn)                       \
+    X(cuMemFree_v2, cuMemFree_fn)                                    \
+    X(cuMemAllocAsync, cuMemAllocAsync_fn)                           \
+    X(cuMemAllocAsync_ptsz, cuMemAllocAsync_fn)                      \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_fn)           \
+    X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_fn)      \
+    X(cuMemFreeAsync, cuMemFreeAsync_fn)                             \
+    X(cuMemFreeAsync_ptsz, cuMemFreeAsync_fn)                        \
+    X(cuMemCreate, cuMemCreate_fn)                                   \
+    X(cuMemRelease, cuMemRelease_fn)                                 \
+    X(cuArrayCreate_v2, cuArrayCreate_fn)                            \
+    X(cuArray3DCreate_v2, cuArray3DCreate_fn)                        \
+    X(cuArrayDestroy, cuArrayDestroy_fn)                             \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate_fn)             \
+    X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy_fn)           \
+    X(cuLaunchKernel, cuLaunchKernel_fn)                             \
+    X(cuLaunchKernel_ptsz, cuLaunchKernel_fn)                        \
+    X(cuLaunchKernelEx, cuLaunchKernelEx_fn)                         \
+    X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_fn)                    \
+    X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_fn)       \
+    X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_fn)  \
+    X(cuMemAlloc, cuMemAlloc_v1_fn)                                  \
+    X(cuMemAllocPitch, cuMemAllocPitch_v1_fn)                        \
+    X(cuMemGetInfo, cuMemGetInfo_v1_fn)                              \
+    X(cuDeviceTotalMem, cuDeviceTotalMem_v1_fn)                      \
+    X(cuArrayCreate, cuArrayCreate_v1_fn)                            \
+    X(cuArray3DCreate, cuArray3DCreate_v1_fn)
+
+/* CUDA entry points vgpu-core only calls. */
+#define TESSERA_CUDA_CALLS(X)                                        \
+    X(cuCtxGetDevice, cuCtxGetDevice_fn)                             \
+    X(cuDeviceGetCount, cuDeviceGetCount_fn)                         \
+    X(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)                 \
+    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)
+
+#define TESSERA_NVML_HOOKS(X)                                        \
+    X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)           \
+    X(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2_fn)
+
+#define TESSERA_NVML_CALLS(X)                                        \
+    X(nvmlInit_v2, nvmlInit_fn)                                      \
+    X(nvmlDeviceGetHandleByUUID, nvmlDeviceGetHandleByUUID_fn)       \
+    X(nvmlDeviceGetUUID, nvmlDeviceGetUUID_fn)                       \
+    X(nvmlDeviceGetIndex, nvmlDeviceGetIndex_fn)                     \
+    X(nvmlDeviceGetUtilizationRates, nvmlDeviceGetUtilizationRates_fn) \
+    X(nvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessUtilization_fn) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_fn)
+
+#define TESSERA_DECLARE_FIELD(name, type) type name;
+
+/* Real driver functions, resolved once; a NULL field means the driver lacks the symbol. */
+struct tessera_real_cuda {
+    TESSERA_CUDA_HOOKS(TESSERA_DECLARE_FIELD)
+    TESSERA_CUDA_CALLS(TESSERA_DECLARE_FIELD)
+};
+struct tessera_real_nvml {
+    TESSERA_NVML_HOOKS(TESSERA_DECLARE_FIELD)
+    TESSERA_NVML_CALLS(TESSERA_DECLARE_FIELD)
+};
+
+extern struct tessera_real_cuda tessera_cuda;
+extern struct tessera_real_nvml tessera_nvml;
+
+/* One row per exported hook: the symbol table behind dlsym and cuGetProcAddress interception. */
+struct tessera_symbol {
+    const char *name;
+    void *hook;
+    void **real;       /* slot in tessera_cuda / tessera_nvml */
+};
+
+/* Looks a hooked symbol up by exact name; NULL when not hooked. */
+const struct tessera_symbol *tessera_symbol_find(const char *name);
+/* The hook whose real function is `real_fn`; NULL when none. */
+void *tessera_symbol_hook_for_real(void *real_fn);
+/* Best hook for a cuGetProcAddress request (base name, version, flags); NULL when none. */
+void *tessera_symbol_hook_for_request(const char *base, int cuda_version, cuuint64_t flags);
+
+/* The real dlsym, resolved with dlvsym so our own dlsym interposer is bypassed. */
+extern void *(*tessera_real_dlsym)(void *, const char *);
+void tessera_resolve_real_dlsym(void);
+
+#endif

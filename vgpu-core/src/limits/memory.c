@@ -1,0 +1,205 @@
+#include "memory.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "../common/state.h"
+
+/* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mem_record *table;
+static size_t table_cap, table_len;
+
+static size_t slot_of(uint64_t key, int32_t kind, size_t cap)
+{
+    uint64_t x = key ^ ((uint64_t)kind << 56);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static bool table_grow(void)
+{
+    size_t cap = table_cap ? table_cap * 2 : 1024;
+    struct mem_record *t = calloc(cap, sizeof *t);
+    if (!t)
+        return false;
+    for (size_t i = 0; i < table_cap; i++) {
+        if (!table[i].kind)
+            continue;
+        size_t j = slot_of(table[i].key, table[i].kind, cap);
+        while (t[j].kind)
+            j = (j + 1) & (cap - 1);
+        t[j] = table[i];
+    }
+    free(table);
+    table = t;
+    table_cap = cap;
+    return true;
+}
+
+static size_t table_find(uint64_t key, int32_t kind)
+{
+    if (!table_cap)
+        return SIZE_MAX;
+    for (size_t j = slot_of(key, kind, table_cap);; j = (j + 1) & (table_cap - 1)) {
+        if (!table[j].kind)
+            return SIZE_MAX;
+        if (table[j].kind == kind && table[j].key == key)
+            return j;
+    }
+}
+
+static void table_delete(size_t i)
+{
+    /* Backward shift keeps probe chains intact without tombstones. */
+    size_t mask = table_cap - 1;
+    for (size_t j = (i + 1) & mask; table[j].kind; j = (j + 1) & mask) {
+        size_t home = slot_of(table[j].key, table[j].kind, table_cap);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            table[i] = table[j];
+            i = j;
+        }
+    }
+    memset(&table[i], 0, sizeof table[i]);
+    table_len--;
+}
+
+bool tessera_mem_limited(int card)
+{
+    if (card < 0)
+        return false;
+    if (tessera.cfg.poisoned)
+        return true;
+    return card < TESSERA_MAX_CARDS && tessera_config_mem_limit(&tessera.cfg, card) != 0;
+}
+
+uint64_t tessera_mem_limit(int card)
+{
+    return tessera.cfg.poisoned ? 0 : tessera_config_mem_limit(&tessera.cfg, card);
+}
+
+int tessera_mem_card(void)
+{
+    if (!tessera.any_mem_limit)
+        return -1;
+    int card = tessera_current_card();
+    return tessera_mem_limited(card) ? card : -1;
+}
+
+CUresult tessera_mem_reserve(int card, uint64_t bytes)
+{
+    if (tessera.cfg.poisoned || card >= TESSERA_MAX_CARDS) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: malformed limits", (unsigned long long)bytes, card);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t limit = tessera_config_mem_limit(&tessera.cfg, card);
+    if (region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
+        return CUDA_SUCCESS;
+    TLOG(TLOG_INFO, "refusing %llu bytes on card %d: limit %llu reached", (unsigned long long)bytes, card,
+         (unsigned long long)limit);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void tessera_mem_unreserve(int card, uint64_t bytes)
+{
+    region_release(tessera.region, tessera_slot(), card, bytes);
+}
+
+void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t bytes)
+{
+    pthread_mutex_lock(&table_mu);
+    size_t i = table_find(key, kind);
+    if (i != SIZE_MAX) {
+        /* The driver handed out a handle we still hold: its free escaped us. Keep the newer charge. */
+        region_release(tessera.region, tessera_slot(), table[i].card, table[i].bytes);
+        table_delete(i);
+    }
+    if ((table_len + 1) * 2 > table_cap && !table_grow()) {
+        pthread_mutex_unlock(&table_mu);
+        /* Without a record we could never release it: give the charge back now instead of leaking. */
+        TLOG(TLOG_ERROR, "out of host memory for the allocation table; allocation left uncounted");
+        region_release(tessera.region, tessera_slot(), card, bytes);
+        return;
+    }
+    size_t j = slot_of(key, kind, table_cap);
+    while (table[j].kind)
+        j = (j + 1) & (table_cap - 1);
+    table[j] = (struct mem_record){.key = key, .bytes = bytes, .kind = kind, .card = card};
+    table_len++;
+    pthread_mutex_unlock(&table_mu);
+}
+
+bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out)
+{
+    pthread_mutex_lock(&table_mu);
+    size_t i = table_find(key, kind);
+    bool found = i != SIZE_MAX;
+    if (found) {
+        *out = table[i];
+        table_delete(i);
+    }
+    pthread_mutex_unlock(&table_mu);
+    return found;
+}
+
+uint64_t tessera_mem_used(int card)
+{
+    return tessera.region ? region_used(tessera.region, card) : 0;
+}
+
+void tessera_mem_forget_all(void)
+{
+    free(table);
+    table = NULL;
+    table_cap = table_len = 0;
+    pthread_mutex_init(&table_mu, NULL);
+}
+
+static uint64_t format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 16; /* newer/block-compressed formats: over-charge rather than under-charge */
+    }
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t tessera_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    uint64_t h = d->Height ? d->Height : 1, depth = d->Depth ? d->Depth : 1;
+    return mul_sat(mul_sat(mul_sat(d->Width, h), depth), format_bytes(d->Format) * d->NumChannels);
+}
+
+uint64_t tessera_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+    CUDA_ARRAY3D_DESCRIPTOR l = *d;
+    uint64_t total = 0;
+    for (unsigned i = 0; i < levels && i < 64; i++) {
+        uint64_t b = tessera_array_bytes(&l);
+        total = total + b < total ? UINT64_MAX : total + b;
+        l.Width = l.Width > 1 ? l.Width / 2 : 1;
+        l.Height = l.Height > 1 ? l.Height / 2 : l.Height;
+        l.Depth = l.Depth > 1 ? l.Depth / 2 : l.Depth;
+    }
+    return total;
+}

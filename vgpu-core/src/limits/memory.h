@@ -1,0 +1,62 @@
+/*
+ * Per-card memory accounting. Every allocation is reserved in the shared region before the driver
+ * is called (so concurrent processes can never overshoot the limit together) and recorded per
+ * allocation, so a free releases exactly what was charged and a free of an unknown handle is a no-op.
+ */
+#ifndef TESSERA_MEMORY_H
+#define TESSERA_MEMORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/cuda_abi.h"
+
+enum mem_kind { MEM_PTR = 1, MEM_VMM = 2, MEM_ARRAY = 3, MEM_MIPMAP = 4 };
+
+struct mem_record {
+    uint64_t key;
+    uint64_t bytes;
+    int32_t kind;
+    int32_t card;
+};
+
+/* The card an allocation on the current context charges, or -1 when no memory limit applies. */
+int tessera_mem_card(void);
+/* True when `card` is memory-limited (or the config is poisoned). */
+bool tessera_mem_limited(int card);
+/* The limit in bytes reported for card (0 when poisoned). */
+uint64_t tessera_mem_limit(int card);
+/* CUDA_SUCCESS when bytes fit under the card's limit (and are now charged), else OUT_OF_MEMORY. */
+CUresult tessera_mem_reserve(int card, uint64_t bytes);
+void tessera_mem_unreserve(int card, uint64_t bytes);
+void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t bytes);
+/* Removes and returns the record of (kind, key); false when unknown. */
+bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out);
+/* Container-wide usage of card. */
+uint64_t tessera_mem_used(int card);
+/* Drops all records without touching the region (after fork). */
+void tessera_mem_forget_all(void);
+
+/* Bytes an array of this shape occupies (the same formula the stub driver uses). */
+uint64_t tessera_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);
+uint64_t tessera_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels);
+
+/*
+ * Shared shape of every counted allocation: reserve, call the driver, then track or un-reserve.
+ * `call` is an expression producing the CUresult; `handle` is read only after success.
+ */
+#define TESSERA_COUNTED_ALLOC(card, bytes, kind, call, handle)                        \
+    do {                                                                           \
+        if ((card) < 0)                                                            \
+            return (call);                                                         \
+        if (tessera_mem_reserve((card), (bytes)) != CUDA_SUCCESS)                  \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                       \
+        CUresult rc_ = (call);                                                     \
+        if (rc_ == CUDA_SUCCESS)                                                   \
+            tessera_mem_track((kind), (uint64_t)(handle), (card), (bytes));           \
+        else                                                                       \
+            tessera_mem_unreserve((card), (bytes));                                \
+        return rc_;                                                                \
+    } while (0)
+
+#endif

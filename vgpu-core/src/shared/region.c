@@ -1,0 +1,234 @@
+#include "region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+
+static uint64_t sat_sub(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+/* Field 22 of /proc/<pid>/stat; 0 when the process is gone or unreadable. */
+static uint64_t proc_start_time(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name may contain spaces and parentheses: fields count from the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    unsigned long long v = 0;
+    int field = 2;
+    char *s = p + 1;
+    while (*s && field < 22) {
+        if (*s == ' ')
+            field++;
+        s++;
+    }
+    if (sscanf(s, "%llu", &v) != 1)
+        return 0;
+    return v;
+}
+
+static bool proc_alive(const struct region_proc *p)
+{
+    if (p->pid <= 0)
+        return false;
+    if (kill(p->pid, 0) != 0 && errno == ESRCH)
+        return false;
+    uint64_t st = proc_start_time(p->pid);
+    /* Unreadable /proc (hidepid) keeps the slot: never reclaim memory of a process that may live. */
+    return st == 0 || st == p->start_time;
+}
+
+/* Under the lock: frees slots of dead processes and rebuilds card totals from the live slots. */
+static void reclaim_dead(struct region *r)
+{
+    uint64_t totals[TESSERA_MAX_CARDS] = {0};
+    for (int i = 0; i < REGION_MAX_PROCS; i++) {
+        struct region_proc *p = &r->procs[i];
+        if (p->pid == 0)
+            continue;
+        if (!proc_alive(p)) {
+            for (int c = 0; c < TESSERA_MAX_CARDS; c++)
+                r->reclaimed_bytes += p->used[c];
+            TLOG(TLOG_INFO, "reclaimed slot %d of dead pid %d", i, p->pid);
+            memset(p, 0, sizeof *p);
+            continue;
+        }
+        for (int c = 0; c < TESSERA_MAX_CARDS; c++)
+            totals[c] += p->used[c];
+    }
+    for (int c = 0; c < TESSERA_MAX_CARDS; c++)
+        r->cards[c].used_bytes = totals[c];
+}
+
+static void region_lock(struct region *r)
+{
+    int rc = pthread_mutex_lock(&r->lock);
+    if (rc == EOWNERDEAD) {
+        /* The holder died mid-update: per-slot usage is authoritative, so rebuild totals from it. */
+        TLOG(TLOG_WARN, "shared region lock holder died; repairing accounting");
+        reclaim_dead(r);
+        pthread_mutex_consistent(&r->lock);
+    } else if (rc != 0) {
+        TLOG(TLOG_ERROR, "shared region lock failed: %s", strerror(rc));
+    }
+}
+
+static void region_unlock(struct region *r)
+{
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void region_init_fresh(struct region *r, bool pshared)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    if (pshared)
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&r->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    r->version = REGION_VERSION;
+    r->size = sizeof *r;
+    /* Publish the magic last: readers only trust an initialised region. */
+    __atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
+}
+
+static struct region *region_private(void)
+{
+    void *m = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    region_init_fresh(m, false);
+    return m;
+}
+
+struct region *region_open(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        TLOG(TLOG_ERROR, "cannot open shared region %s (%s): limits apply per process only", path,
+             strerror(errno));
+        return region_private();
+    }
+    /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
+    flock(fd, LOCK_EX);
+    struct stat st;
+    struct region *r = NULL;
+    if (fstat(fd, &st) == 0 && (st.st_size >= (off_t)sizeof *r || ftruncate(fd, sizeof *r) == 0)) {
+        void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED)
+            r = m;
+    }
+    if (r && r->magic != REGION_MAGIC) {
+        fchmod(fd, 0666); /* processes of one container may run as different users */
+        region_init_fresh(r, true);
+    } else if (r && (r->version != REGION_VERSION || r->size != sizeof *r)) {
+        TLOG(TLOG_ERROR, "shared region %s has version %u size %u, want %u/%zu: limits apply per process only",
+             path, r->version, r->size, REGION_VERSION, sizeof *r);
+        munmap(r, sizeof *r);
+        r = NULL;
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    if (!r) {
+        TLOG(TLOG_ERROR, "cannot map shared region %s: limits apply per process only", path);
+        return region_private();
+    }
+    return r;
+}
+
+int region_register(struct region *r)
+{
+    int pid = getpid();
+    uint64_t st = proc_start_time(pid);
+    region_lock(r);
+    reclaim_dead(r);
+    int slot = -1;
+    for (int i = 0; i < REGION_MAX_PROCS && slot < 0; i++)
+        if (r->procs[i].pid == 0)
+            slot = i;
+    if (slot >= 0) {
+        memset(&r->procs[slot], 0, sizeof r->procs[slot]);
+        r->procs[slot].pid = pid;
+        r->procs[slot].start_time = st;
+    }
+    region_unlock(r);
+    if (slot < 0)
+        TLOG(TLOG_ERROR, "shared region full (%d processes): allocations will be refused", REGION_MAX_PROCS);
+    return slot;
+}
+
+bool region_reserve(struct region *r, int slot, int card, uint64_t bytes, uint64_t limit)
+{
+    if (slot < 0 || card < 0 || card >= TESSERA_MAX_CARDS)
+        return false;
+    region_lock(r);
+    struct region_card *c = &r->cards[card];
+    bool fits = limit == 0 || (bytes <= limit && c->used_bytes <= limit - bytes);
+    if (!fits) {
+        reclaim_dead(r);
+        fits = bytes <= limit && c->used_bytes <= limit - bytes;
+    }
+    if (fits) {
+        c->used_bytes += bytes;
+        r->procs[slot].used[card] += bytes;
+    }
+    region_unlock(r);
+    return fits;
+}
+
+void region_release(struct region *r, int slot, int card, uint64_t bytes)
+{
+    if (slot < 0 || card < 0 || card >= TESSERA_MAX_CARDS)
+        return;
+    region_lock(r);
+    r->procs[slot].used[card] = sat_sub(r->procs[slot].used[card], bytes);
+    r->cards[card].used_bytes = sat_sub(r->cards[card].used_bytes, bytes);
+    region_unlock(r);
+}
+
+uint64_t region_used(struct region *r, int card)
+{
+    if (card < 0 || card >= TESSERA_MAX_CARDS)
+        return 0;
+    region_lock(r);
+    reclaim_dead(r);
+    uint64_t used = r->cards[card].used_bytes;
+    region_unlock(r);
+    return used;
+}
+
+int region_live_procs(struct region *r, int32_t *pids, int max)
+{
+    int n = 0;
+    region_lock(r);
+    for (int i = 0; i < REGION_MAX_PROCS; i++)
+        if (r->procs[i].pid != 0 && proc_alive(&r->procs[i])) {
+            if (n < max)
+                pids[n] = r->procs[i].pid;
+            n++;
+        }
+    region_unlock(r);
+    return n;
+}

@@ -1,0 +1,72 @@
+/* Prototypes of the driver and NVML functions the test programs call directly (linked to the stub). */
+#ifndef TESSERA_TEST_CUDA_API_H
+#define TESSERA_TEST_CUDA_API_H
+
+#include "tessera/cuda_abi.h"
+#include "tessera/nvml_abi.h"
+
+#define DECL(name, type) extern __typeof__(*(type)0) name;
+DECL(cuInit, cuInit_fn)
+DECL(cuDeviceGet, cuDeviceGet_fn)
+DECL(cuDeviceGetCount, cuDeviceGetCount_fn)
+DECL(cuDeviceTotalMem_v2, cuDeviceTotalMem_fn)
+DECL(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)
+DECL(cuCtxGetDevice, cuCtxGetDevice_fn)
+DECL(cuMemGetInfo_v2, cuMemGetInfo_fn)
+DECL(cuMemAlloc_v2, cuMemAlloc_fn)
+DECL(cuMemAllocPitch_v2, cuMemAllocPitch_fn)
+DECL(cuMemAllocManaged, cuMemAllocManaged_fn)
+DECL(cuMemFree_v2, cuMemFree_fn)
+DECL(cuMemAllocAsync, cuMemAllocAsync_fn)
+DECL(cuMemAllocAsync_ptsz, cuMemAllocAsync_fn)
+DECL(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_fn)
+DECL(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_fn)
+DECL(cuMemFreeAsync, cuMemFreeAsync_fn)
+DECL(cuMemFreeAsync_ptsz, cuMemFreeAsync_fn)
+DECL(cuMemCreate, cuMemCreate_fn)
+DECL(cuMemRelease, cuMemRelease_fn)
+DECL(cuArrayCreate_v2, cuArrayCreate_fn)
+DECL(cuArray3DCreate_v2, cuArray3DCreate_fn)
+DECL(cuArrayDestroy, cuArrayDestroy_fn)
+DECL(cuMipmappedArrayCreate, cuMipmappedArrayCreate_fn)
+DECL(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy_fn)
+DECL(cuLaunchKernel, cuLaunchKernel_fn)
+DECL(cuLaunchKernel_ptsz, cuLaunchKernel_fn)
+DECL(cuLaunchKernelEx, cuLaunchKernelEx_fn)
+DECL(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_fn)
+DECL(cuGetProcAddress, cuGetProcAddress_v1_fn)
+DECL(cuGetProcAddress_v2, cuGetProcAddress_v2_fn)
+DECL(nvmlInit_v2, nvmlInit_fn)
+DECL(nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetHandleByIndex_fn)
+DECL(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)
+DECL(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2_fn)
+#undef DECL
+
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuModuleLoad(CUmodule *m, const char *path);
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
+CUresult cuCtxSynchronize(void);
+
+/* cuInit + a context on device `dev`; exits the test on failure. */
+static inline void tc_context(int dev)
+{
+    CUcontext ctx;
+    if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx, 0, dev) != CUDA_SUCCESS) {
+        fprintf(stderr, "cannot create a context on device %d\n", dev);
+        exit(2);
+    }
+}
+
+static inline CUfunction tc_kernel(const char *name)
+{
+    CUmodule m;
+    CUfunction f;
+    if (cuModuleLoad(&m, "stub") != CUDA_SUCCESS || cuModuleGetFunction(&f, m, name) != CUDA_SUCCESS) {
+        fprintf(stderr, "cannot load kernel %s\n", name);
+        exit(2);
+    }
+    return f;
+}
+
+#endif

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Runs the vgpu-core suite against the stub driver, with and without LD_PRELOAD.
+# Prints one line per test and a summary; exits non-zero if anything failed.
+# BUILD=build|build/san selects the build; SAN=1 preloads the sanitizer runtime first.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+SAN=${SAN:-0}
+LIB=$PWD/$BUILD/libvgpu.so
+STUB=$PWD/$BUILD/stub
+T=$PWD/$BUILD/tests
+TMP=$(mktemp -d /tmp/vgpu-test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+for v in $(env | grep -o '^TESSERA_[A-Z_]*'); do unset "$v"; done
+
+PRE=$LIB
+if [ "$SAN" = 1 ]; then
+  # The sanitizer runtime must come first in the preload list.
+  PRE="$(${CC:-gcc} -print-file-name=libasan.so) $LIB"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87
+fi
+PASS=0; FAIL=0; FAILED=()
+
+# run NAME CMD...: runs CMD, records the result, shows the output on failure.
+run() {
+  local name=$1; shift
+  local out=$TMP/out.$((PASS + FAIL))
+  if "$@" >"$out" 2>&1; then
+    PASS=$((PASS + 1)); printf 'ok    %s\n' "$name"
+  else
+    FAIL=$((FAIL + 1)); FAILED+=("$name"); printf 'FAIL  %s\n' "$name"; sed 's/^/      /' "$out" | tail -40
+  fi
+}
+
+# expect_log NAME PATTERN CMD...: like run, and the output must also contain PATTERN.
+expect_log() {
+  local name=$1 pat=$2; shift 2
+  run "$name" check_log "$pat" "$@"
+}
+check_log() {
+  local pat=$1 log=$TMP/log.$RANDOM; shift
+  "$@" >"$log" 2>&1; local rc=$?
+  cat "$log"
+  [ $rc = 0 ] && grep -qF -- "$pat" "$log" || { echo "output lacks: $pat"; return 1; }
+}
+
+GIB=$((1 << 30)); MIB=$((1 << 20))
+UUID0=GPU-7e55e7a0-0000-0000-0000-000000000000
+UUID1=GPU-7e55e7a0-0000-0000-0000-000000000001
+STUBENV=(TESSERA_STUB_MEMORY_MIB=4096)
+# A container with one card limited to 1 GiB.
+lim() { echo env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.$1" \
+  TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_MEMORY_LIMIT_MIB=1024; }
+
+echo "== vgpu-core tests ($BUILD) =="
+run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
+run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid reuse)" \
+  env TEST_TMP="$TMP" "$T/unit_region"
+
+for s in edge apis report unknown-free procaddr; do
+  run "memory/$s without LD_PRELOAD (stub card 4 GiB)" \
+    env "${STUBENV[@]}" EXPECT_LIMIT=$((4 * GIB)) EXPECT_HOOKED=0 "$T/t_memory" $s
+  run "memory/$s with LD_PRELOAD (limit 1 GiB)" $(lim $s) EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
+done
+run "memory/edge with real driver named by TESSERA_REAL_CUDA_LIB" $(lim real) \
+  TESSERA_REAL_CUDA_LIB="$STUB/libcuda.so.1" TESSERA_REAL_NVML_LIB="$STUB/libnvidia-ml.so.1" \
+  EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
+for s in edge procaddr; do
+  run "memory/$s with LD_PRELOAD and no variables is pass-through" env "${STUBENV[@]}" LD_PRELOAD="$PRE" \
+    EXPECT_LIMIT=$((4 * GIB)) EXPECT_HOOKED=1 "$T/t_memory" $s
+done
+printf 'version=1\nTESSERA_MEMORY_LIMIT_MIB=512\n' >"$TMP/limits.env"
+run "memory/edge: limits file overrides the environment" $(lim file) TESSERA_LIMITS_FILE="$TMP/limits.env" \
+  EXPECT_LIMIT=$((512 * MIB)) EXPECT_HOOKED=1 "$T/t_memory" edge
+for d in 0 1; do
+  for s in edge apis report; do
+    run "memory/$s on card $d of a two-card container (256,512 MiB)" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
+      LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.multi$d$s" TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 \
+      TESSERA_MEMORY_LIMIT_MIB=256,512 TEST_DEVICE=$d EXPECT_LIMIT=$(((256 << d) * MIB)) EXPECT_HOOKED=1 \
+      "$T/t_memory" $s
+  done
+done
+expect_log "memory: malformed limit fails closed and names the variable" 'TESSERA_MEMORY_LIMIT_MIB="12abc"' \
+  env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
+  "$T/t_memory" refuse-all
+
+run "share: 2 processes x 100 rounds never exceed one limit" $(lim share2) EXPECT_LIMIT=$GIB "$T/t_share" 2 100
+run "share: 8 processes x 25 rounds never exceed one limit" $(lim share8) EXPECT_LIMIT=$GIB "$T/t_share" 8 25
+run "kill: a SIGKILLed process's memory comes back" $(lim kill) EXPECT_LIMIT=$GIB "$T/t_kill"
+run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
+  "$T/t_dlsym_next"
+run "dlsym: RTLD_NEXT stays exact with a preload ahead of us" env LD_PRELOAD="${PRE% *} $STUB/libprobe.so $LIB" \
+  "$T/t_dlsym_next"
+
+# SM limiter: all scenarios run at once (they sleep most of the time), each as its own container.
+echo "-- SM limiter (runs ~4 s) --"
+SMPIDS=(); SMNAMES=()
+sm() { # sm NAME EXPECTED ENV...  (the real NVML is found on the library path, as on a node)
+  local name=$1 want=$2; shift 2
+  local out=$TMP/sm.${#SMPIDS[@]}
+  env LD_LIBRARY_PATH="$STUB" "$@" TESSERA_SHARED_REGION="$TMP/region.sm${#SMPIDS[@]}" TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 \
+    "$T/t_sm" "$want" >"$out" 2>&1 &
+  SMPIDS+=($!); SMNAMES+=("$name")
+}
+for sms in 80 188; do
+  for pct in 10 30 50 90; do
+    sm "sm: $sms SMs fixed-share $pct% holds $pct±5% after 2 s" $pct LD_PRELOAD="$PRE" TESSERA_STUB_SMS=$sms \
+      TESSERA_SM_LIMIT=$pct TESSERA_QOS=fixed-share
+  done
+done
+sm "sm: second card of a two-card container is limited too (30,60 -> 60%)" 60 LD_PRELOAD="$PRE" \
+  TESSERA_STUB_DEVICES=2 TESSERA_STUB_SMS=108 TESSERA_SM_LIMIT=30,60 TEST_DEVICE=1
+sm "sm: burst-share on an idle card is not capped" 100 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=30 \
+  TESSERA_QOS=burst-share
+echo "1 20" >"$TMP/foreign"
+sm "sm: burst-share with another container on the card is capped" 30 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=30 \
+  TESSERA_QOS=burst-share TESSERA_STUB_FOREIGN="$TMP/foreign"
+sm "sm: best-effort is never capped" 100 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=30 TESSERA_QOS=best-effort
+sm "sm: exclusive card (100%) is not throttled" 100 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=100
+sm "sm: without LD_PRELOAD nothing throttles" 100 TESSERA_SM_LIMIT=30
+for i in "${!SMPIDS[@]}"; do
+  if wait "${SMPIDS[$i]}"; then
+    PASS=$((PASS + 1)); printf 'ok    %s\n' "${SMNAMES[$i]}"
+  else
+    FAIL=$((FAIL + 1)); FAILED+=("${SMNAMES[$i]}"); printf 'FAIL  %s\n' "${SMNAMES[$i]}"
+  fi
+  sed -n 's/^t_sm: /      /p' "$TMP/sm.$i"
+  grep -v '^t_sm' "$TMP/sm.$i" | sed 's/^/      /' | tail -20
+done
+
+echo "== $BUILD: $PASS passed, $FAIL failed =="
+for f in "${FAILED[@]}"; do echo "   failed: $f"; done
+[ "$FAIL" = 0 ]

@@ -1,0 +1,651 @@
+/*
+ * A fake libcuda.so.1: simulated cards with finite memory and SMs, and kernels with durations, so
+ * the hook library's accounting and throttling can be tested on machines without a GPU.
+ * Built with -Bsymbolic so the stub's own references never land in a preloaded interposer.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stub.h"
+#include "tessera/cuda_abi.h"
+
+#define API __attribute__((visibility("default")))
+#define MAX_DEV 16
+#define RING 16384
+
+struct ival {
+    uint64_t start, end;
+};
+
+struct dev {
+    uint64_t total, used, launches;
+    unsigned sms;
+    int has_ctx;
+    uint64_t busy_until, busy_total;
+    struct ival ring[RING];
+    unsigned head, count;
+};
+
+struct alloc {
+    uint64_t key, size;
+    int kind, dev;
+};
+
+struct ctx {
+    int dev;
+};
+
+struct func {
+    uint64_t block_ns;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int ndev, initialised;
+static struct dev devs[MAX_DEV];
+static struct ctx primary[MAX_DEV];
+static struct alloc *allocs;
+static size_t nallocs, cap_allocs;
+static uint64_t next_addr = 0x7f0000000000ULL;
+static uint64_t queue_ns;
+static __thread struct ctx *current;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL), .tv_nsec = (long)(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static uint64_t env_list(const char *name, int i, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    for (int k = 0; k < i && strchr(v, ','); k++)
+        v = strchr(v, ',') + 1;
+    return strtoull(v, NULL, 10);
+}
+
+static void setup(void)
+{
+    ndev = (int)env_list("TESSERA_STUB_DEVICES", 0, 1);
+    ndev = ndev < 1 ? 1 : ndev > MAX_DEV ? MAX_DEV : ndev;
+    for (int i = 0; i < ndev; i++) {
+        devs[i].total = env_list("TESSERA_STUB_MEMORY_MIB", i, 16384) << 20;
+        devs[i].sms = (unsigned)env_list("TESSERA_STUB_SMS", i, 80);
+        if (!devs[i].sms)
+            devs[i].sms = 1;
+        primary[i].dev = i;
+    }
+    queue_ns = env_list("TESSERA_STUB_QUEUE_MS", 0, 20) * 1000000ULL;
+}
+
+static int ready(void)
+{
+    pthread_once(&once, setup);
+    return initialised;
+}
+
+#define NEED_INIT()                          \
+    do {                                     \
+        if (!ready())                        \
+            return CUDA_ERROR_NOT_INITIALIZED; \
+    } while (0)
+
+#define NEED_CTX()                           \
+    do {                                     \
+        NEED_INIT();                         \
+        if (!current)                        \
+            return CUDA_ERROR_INVALID_CONTEXT; \
+    } while (0)
+
+API CUresult cuInit(unsigned int flags)
+{
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&once, setup);
+    initialised = 1;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDriverGetVersion(int *v)
+{
+    *v = 12040;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetCount(int *n)
+{
+    NEED_INIT();
+    *n = ndev;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+    NEED_INIT();
+    if (ordinal < 0 || ordinal >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    NEED_INIT();
+    if (d < 0 || d >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (a != CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = (int)devs[d].sms;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
+{
+    NEED_INIT();
+    if (d < 0 || d >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    static const unsigned char prefix[4] = {0x7e, 0x55, 0xe7, 0xa0};
+    memset(u, 0, sizeof *u);
+    memcpy(u->bytes, prefix, 4);
+    u->bytes[15] = (char)d;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
+{
+    return cuDeviceGetUuid(u, d);
+}
+
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
+{
+    NEED_INIT();
+    if (d < 0 || d >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = devs[d].total;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+    NEED_INIT();
+    if (d < 0 || d >= ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    devs[d].has_ctx = 1;
+    *c = (CUcontext)&primary[d];
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
+{
+    (void)flags;
+    CUresult rc = cuDevicePrimaryCtxRetain(c, d);
+    if (rc == CUDA_SUCCESS)
+        current = (struct ctx *)*c;
+    return rc;
+}
+
+API CUresult cuCtxSetCurrent(CUcontext c)
+{
+    NEED_INIT();
+    current = (struct ctx *)c;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetCurrent(CUcontext *c)
+{
+    NEED_INIT();
+    *c = (CUcontext)current;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetDevice(CUdevice *d)
+{
+    NEED_CTX();
+    *d = current->dev;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
+{
+    NEED_CTX();
+    pthread_mutex_lock(&mu);
+    struct dev *v = &devs[current->dev];
+    *free_b = v->total - v->used;
+    *total = v->total;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+/* Charges size to dev and returns a fresh handle; OUT_OF_MEMORY when the card is full. */
+static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
+{
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct dev *v = &devs[dev];
+    if (size > v->total - v->used) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (nallocs == cap_allocs) {
+        size_t nc = cap_allocs ? cap_allocs * 2 : 256;
+        struct alloc *na = realloc(allocs, nc * sizeof *na);
+        if (!na) {
+            pthread_mutex_unlock(&mu);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        allocs = na;
+        cap_allocs = nc;
+    }
+    *key = next_addr;
+    next_addr += (size + 511) & ~511ULL;
+    allocs[nallocs++] = (struct alloc){*key, size, kind, dev};
+    v->used += size;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+static CUresult give(uint64_t key, int kind)
+{
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nallocs; i++) {
+        if (allocs[i].key == key && allocs[i].kind == kind) {
+            devs[allocs[i].dev].used -= allocs[i].size;
+            allocs[i] = allocs[--nallocs];
+            pthread_mutex_unlock(&mu);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
+{
+    NEED_CTX();
+    return take(current->dev, size, 1, p);
+}
+
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags)
+{
+    (void)flags;
+    NEED_CTX();
+    return take(current->dev, size, 1, p);
+}
+
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem)
+{
+    NEED_CTX();
+    if (elem != 4 && elem != 8 && elem != 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (w + 511) & ~(size_t)511;
+    return take(current->dev, (uint64_t)*pitch * h, 1, p);
+}
+
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    NEED_INIT();
+    return give(p, 1);
+}
+
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
+{
+    (void)s;
+    NEED_CTX();
+    return take(current->dev, size, 1, p);
+}
+
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
+{
+    return cuMemAllocAsync(p, size, s);
+}
+
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
+{
+    (void)pool;
+    return cuMemAllocAsync(p, size, s);
+}
+
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
+{
+    (void)pool;
+    return cuMemAllocAsync(p, size, s);
+}
+
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    (void)s;
+    return cuMemFree_v2(p);
+}
+
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+    (void)s;
+    return cuMemFree_v2(p);
+}
+
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                         unsigned long long flags)
+{
+    NEED_INIT();
+    if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+        prop->location.id >= ndev)
+        return CUDA_ERROR_INVALID_VALUE;
+    return take(prop->location.id, size, 2, h);
+}
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    NEED_INIT();
+    return give(h, 2);
+}
+
+static uint64_t fmt_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    default:
+        return 4;
+    }
+}
+
+static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch)
+{
+    return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * fmt_bytes(f) * ch;
+}
+
+API CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    NEED_CTX();
+    unsigned long long key;
+    CUresult rc = take(current->dev, array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels), 3, &key);
+    *a = (CUarray)(uintptr_t)key;
+    return rc;
+}
+
+API CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    NEED_CTX();
+    unsigned long long key;
+    CUresult rc = take(current->dev, array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), 3, &key);
+    *a = (CUarray)(uintptr_t)key;
+    return rc;
+}
+
+API CUresult cuArrayDestroy(CUarray a)
+{
+    NEED_INIT();
+    return give((uintptr_t)a, 3);
+}
+
+API CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+    NEED_CTX();
+    uint64_t total = 0;
+    size_t w = d->Width, h = d->Height, z = d->Depth;
+    for (unsigned i = 0; i < levels; i++) {
+        total += array_bytes(w, h, z, d->Format, d->NumChannels);
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        z = z > 1 ? z / 2 : z;
+    }
+    unsigned long long key;
+    CUresult rc = take(current->dev, total, 4, &key);
+    *a = (CUmipmappedArray)(uintptr_t)key;
+    return rc;
+}
+
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a)
+{
+    NEED_INIT();
+    return give((uintptr_t)a, 4);
+}
+
+API CUresult cuModuleLoad(CUmodule *m, const char *path)
+{
+    (void)path;
+    NEED_CTX();
+    static int module;
+    *m = (CUmodule)&module;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+    (void)m;
+    NEED_CTX();
+    unsigned long us;
+    char tail[8];
+    if (sscanf(name, "sleep_%lu%7s", &us, tail) != 2 || strcmp(tail, "us") != 0)
+        return CUDA_ERROR_NOT_FOUND;
+    struct func *fn = malloc(sizeof *fn);
+    if (!fn)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fn->block_ns = us * 1000ULL;
+    *f = (CUfunction)fn;
+    return CUDA_SUCCESS;
+}
+
+/* Work after `t` on a device, from the newest recorded intervals backwards. */
+static uint64_t busy_after(struct dev *v, uint64_t t)
+{
+    uint64_t sum = 0;
+    for (unsigned k = 0; k < v->count; k++) {
+        struct ival *iv = &v->ring[(v->head + RING - 1 - k) % RING];
+        if (iv->end <= t)
+            break;
+        sum += iv->end - (iv->start > t ? iv->start : t);
+    }
+    return sum;
+}
+
+static CUresult launch(CUfunction f, uint64_t blocks)
+{
+    NEED_CTX();
+    if (!f || blocks == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct dev *v = &devs[current->dev];
+    uint64_t dur = ((blocks + v->sms - 1) / v->sms) * ((struct func *)f)->block_ns;
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        uint64_t now = now_ns(), start = v->busy_until > now ? v->busy_until : now;
+        if (start > now + queue_ns) {
+            /* Like a full hardware queue: the launching thread blocks until there is room. */
+            pthread_mutex_unlock(&mu);
+            sleep_ns(start - now - queue_ns);
+            continue;
+        }
+        if (dur) {
+            struct ival *last = v->count ? &v->ring[(v->head + RING - 1) % RING] : NULL;
+            if (last && last->end == start) {
+                last->end = start + dur;
+            } else {
+                v->ring[v->head] = (struct ival){start, start + dur};
+                v->head = (v->head + 1) % RING;
+                if (v->count < RING)
+                    v->count++;
+            }
+        }
+        v->busy_until = start + dur;
+        v->busy_total += dur;
+        v->launches++;
+        pthread_mutex_unlock(&mu);
+        return CUDA_SUCCESS;
+    }
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
+    return launch(f, (uint64_t)gx * gy * gz);
+}
+
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    (void)params, (void)extra;
+    return launch(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ);
+}
+
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                            unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+API CUresult cuCtxSynchronize(void)
+{
+    NEED_CTX();
+    pthread_mutex_lock(&mu);
+    uint64_t until = devs[current->dev].busy_until, now = now_ns();
+    pthread_mutex_unlock(&mu);
+    if (until > now)
+        sleep_ns(until - now);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamSynchronize(CUstream s)
+{
+    (void)s;
+    return cuCtxSynchronize();
+}
+
+/* cuGetProcAddress resolves a base name to the variant the caller's CUDA version expects. */
+struct proc {
+    const char *name;
+    void *fn;
+};
+#define P(n) {#n, (void *)n},
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *status);
+static const struct proc procs[] = {
+    P(cuInit) P(cuDriverGetVersion) P(cuDeviceGetCount) P(cuDeviceGet) P(cuDeviceGetAttribute) P(cuDeviceGetUuid)
+    P(cuDeviceGetUuid_v2) P(cuDeviceTotalMem_v2) P(cuDevicePrimaryCtxRetain) P(cuCtxCreate_v2) P(cuCtxSetCurrent)
+    P(cuCtxGetCurrent) P(cuCtxGetDevice) P(cuMemGetInfo_v2) P(cuMemAlloc_v2) P(cuMemAllocManaged)
+    P(cuMemAllocPitch_v2) P(cuMemFree_v2) P(cuMemAllocAsync) P(cuMemAllocAsync_ptsz) P(cuMemAllocFromPoolAsync)
+    P(cuMemAllocFromPoolAsync_ptsz) P(cuMemFreeAsync) P(cuMemFreeAsync_ptsz) P(cuMemCreate) P(cuMemRelease)
+    P(cuArrayCreate_v2) P(cuArray3DCreate_v2) P(cuArrayDestroy) P(cuMipmappedArrayCreate)
+    P(cuMipmappedArrayDestroy) P(cuModuleLoad) P(cuModuleGetFunction) P(cuLaunchKernel) P(cuLaunchKernel_ptsz)
+    P(cuLaunchKernelEx) P(cuLaunchKernelEx_ptsz) P(cuLaunchCooperativeKernel) P(cuLaunchCooperativeKernel_ptsz)
+    P(cuCtxSynchronize) P(cuStreamSynchronize) P(cuGetProcAddress) P(cuGetProcAddress_v2)
+};
+
+static void *find_proc(const char *name)
+{
+    for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++)
+        if (strcmp(procs[i].name, name) == 0)
+            return procs[i].fn;
+    return NULL;
+}
+
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                 CUdriverProcAddressQueryResult *status)
+{
+    char name[128];
+    void *fn = NULL;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(name, sizeof name, "%s_ptsz", symbol);
+        fn = find_proc(name);
+    }
+    if (!fn && version >= 12000 && strcmp(symbol, "cuGetProcAddress") == 0)
+        fn = find_proc("cuGetProcAddress_v2");
+    if (!fn && version >= 3020) {
+        snprintf(name, sizeof name, "%s_v2", symbol);
+        fn = find_proc(name);
+    }
+    if (!fn)
+        fn = find_proc(symbol);
+    if (status)
+        *status = fn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    *pfn = fn;
+    return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
+
+/* Test-only extensions (stub.h). */
+API uint64_t tessera_stub_busy_ns(int d)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t b = devs[d].busy_total - busy_after(&devs[d], now_ns());
+    pthread_mutex_unlock(&mu);
+    return b;
+}
+
+API unsigned tessera_stub_util(int d, uint64_t window_ns)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t now = now_ns();
+    uint64_t busy = busy_after(&devs[d], now - window_ns) - busy_after(&devs[d], now);
+    pthread_mutex_unlock(&mu);
+    return (unsigned)((busy * 100 + window_ns / 2) / window_ns);
+}
+
+API uint64_t tessera_stub_mem_used(int d)
+{
+    pthread_once(&once, setup);
+    return devs[d].used;
+}
+
+API uint64_t tessera_stub_mem_total(int d)
+{
+    pthread_once(&once, setup);
+    return devs[d].total;
+}
+
+API int tessera_stub_device_count(void)
+{
+    pthread_once(&once, setup);
+    return ndev;
+}
+
+API int tessera_stub_has_ctx(int d)
+{
+    return devs[d].has_ctx;
+}
+
+API uint64_t tessera_stub_launches(int d)
+{
+    return devs[d].launches;
+}

@@ -1,0 +1,29 @@
+/*
+ * dlsym interception must not break dlsym's own semantics. Run with
+ * LD_PRELOAD="libprobe.so libvgpu.so": RTLD_NEXT from the executable must still find libprobe's
+ * symbol (which sits before libvgpu in the search order), and RTLD_DEFAULT / RTLD_NEXT lookups of
+ * driver symbols must return the hooks.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+
+#include "common.h"
+
+static int in_file(void *fn, const char *part)
+{
+    Dl_info info;
+    return fn && dladdr(fn, &info) && info.dli_fname && strstr(info.dli_fname, part);
+}
+
+int main(void)
+{
+    CASE("RTLD_NEXT resolves relative to the real caller");
+    int (*probe)(void) = (int (*)(void))dlsym(RTLD_NEXT, "tessera_probe");
+    CHECK(probe && probe() == 42 && in_file((void *)probe, "libprobe"), "tessera_probe not found via RTLD_NEXT");
+    CASE("driver symbols fetched through RTLD_NEXT and RTLD_DEFAULT are hooked");
+    CHECK(in_file(dlsym(RTLD_NEXT, "cuMemAlloc_v2"), "libvgpu"), "RTLD_NEXT cuMemAlloc_v2");
+    CHECK(in_file(dlsym(RTLD_DEFAULT, "cuLaunchKernel"), "libvgpu"), "RTLD_DEFAULT cuLaunchKernel");
+    CHECK(dlsym(RTLD_DEFAULT, "no_such_symbol_anywhere") == NULL, "missing symbols stay missing");
+    CHECK(in_file(dlsym(RTLD_DEFAULT, "printf"), "libc"), "ordinary symbols untouched");
+    return tc_summary("t_dlsym_next");
+}

@@ -1,0 +1,78 @@
+/* Unit tests of the shared region: limits, saturation, a dying lock holder, dead-process reclaim. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "shared/region.h"
+
+static struct region *fresh(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+    return region_open(path);
+}
+
+int main(void)
+{
+    const char *dir = getenv("TEST_TMP") ? getenv("TEST_TMP") : "/tmp";
+    struct region *r = fresh(dir, "unit-region-1");
+    int slot = region_register(r);
+
+    CASE("reservations stop exactly at the limit");
+    CHECK(slot >= 0, "slot");
+    CHECK(region_reserve(r, slot, 0, 1000, 1000), "reserve the whole limit");
+    CHECK(!region_reserve(r, slot, 0, 1, 1000), "one byte more");
+    CHECK(region_used(r, 0) == 1000, "used %llu", (unsigned long long)region_used(r, 0));
+    CHECK(!region_reserve(r, slot, 1, UINT64_MAX, 1000), "huge request does not wrap");
+
+    CASE("releases saturate at zero");
+    region_release(r, slot, 0, 5000);
+    CHECK(region_used(r, 0) == 0, "used %llu after over-release", (unsigned long long)region_used(r, 0));
+    CHECK(r->procs[slot].used[0] == 0, "slot usage %llu", (unsigned long long)r->procs[slot].used[0]);
+
+    CASE("a lock holder that dies leaves a usable, repaired region");
+    CHECK(region_reserve(r, slot, 0, 100, 1000), "reserve");
+    pid_t pid = fork();
+    if (pid == 0) {
+        pthread_mutex_lock(&r->lock);
+        r->cards[0].used_bytes += 777; /* a half-done update */
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    CHECK(region_reserve(r, slot, 0, 900, 1000), "reserve after the holder died (totals rebuilt from slots)");
+    CHECK(region_used(r, 0) == 1000, "used %llu", (unsigned long long)region_used(r, 0));
+    region_release(r, slot, 0, 1000);
+
+    CASE("a dead process's usage is reclaimed when room is needed");
+    pid = fork();
+    if (pid == 0) {
+        int s = region_register(r);
+        _exit(region_reserve(r, s, 0, 600, 1000) ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child reserved");
+    CHECK(region_reserve(r, slot, 0, 1000, 1000), "whole limit after the child died");
+    CHECK(r->reclaimed_bytes == 600, "reclaimed %llu", (unsigned long long)r->reclaimed_bytes);
+    region_release(r, slot, 0, 1000);
+
+    CASE("a reused pid with another start time is not mistaken for the owner");
+    int fake = slot + 1;
+    r->procs[fake].pid = getpid();
+    r->procs[fake].start_time = 1; /* our pid, but not our start time */
+    r->procs[fake].used[0] = 500;
+    r->cards[0].used_bytes += 500;
+    CHECK(region_reserve(r, slot, 0, 1000, 1000), "stale slot reclaimed");
+    CHECK(r->procs[fake].pid == 0, "stale slot freed");
+
+    CASE("a region of another version is not trusted");
+    char path[512];
+    snprintf(path, sizeof path, "%s/unit-region-2", dir);
+    struct region *r2 = fresh(dir, "unit-region-2");
+    r2->version = 99;
+    struct region *r3 = region_open(path);
+    CHECK(r3 != r2 && r3->version == REGION_VERSION, "private fallback");
+    return tc_summary("unit_region");
+}
