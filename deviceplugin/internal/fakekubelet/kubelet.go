@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,7 +33,6 @@ type Kubelet struct {
 	IgnorePreferred bool
 
 	mu         sync.Mutex
-	changed    *sync.Cond
 	reg        *grpc.Server
 	regDone    chan struct{}
 	podres     *grpc.Server
@@ -50,7 +50,6 @@ type Kubelet struct {
 func Start(dir, resource string) (*Kubelet, error) {
 	k := &Kubelet{Dir: dir, PodRes: filepath.Join(dir, "pod-resources.sock"), Resource: resource,
 		health: map[string]string{}, devices: map[string]map[string][]string{}}
-	k.changed = sync.NewCond(&k.mu)
 	lis, err := net.Listen("unix", k.PodRes)
 	if err != nil {
 		return nil, fmt.Errorf("listen pod resources: %w", err)
@@ -141,7 +140,6 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	k.mu.Lock()
 	k.plugin, k.conn, k.opts = client, conn, opts
 	k.registered++
-	k.changed.Broadcast()
 	k.mu.Unlock()
 	go k.watch(stream)
 	return &pluginapi.Empty{}, nil
@@ -158,7 +156,6 @@ func (k *Kubelet) watch(stream pluginapi.DevicePlugin_ListAndWatchClient) {
 		for _, d := range resp.Devices {
 			k.health[d.ID] = d.Health
 		}
-		k.changed.Broadcast()
 		k.mu.Unlock()
 	}
 }
@@ -181,24 +178,25 @@ func (k *Kubelet) Health() map[string]string {
 	return out
 }
 
-// WaitFor blocks until cond (called with the lock held) holds or ctx ends.
+// WaitFor polls cond (called without the lock) until it holds or ctx ends.
 func (k *Kubelet) WaitFor(ctx context.Context, cond func(k *Kubelet) bool) error {
-	stop := context.AfterFunc(ctx, func() { k.mu.Lock(); k.changed.Broadcast(); k.mu.Unlock() })
-	defer stop()
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	for !cond(k) {
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
 		}
-		k.changed.Wait()
 	}
 	return nil
 }
 
 // RegisteredAtLeast is a WaitFor condition: n registrations and a device list.
 func RegisteredAtLeast(n int) func(*Kubelet) bool {
-	return func(k *Kubelet) bool { return k.registered >= n && k.plugin != nil && len(k.health) > 0 }
+	return func(k *Kubelet) bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.registered >= n && k.plugin != nil && len(k.health) > 0
+	}
 }
 
 var errNotRegistered = errors.New("fake kubelet: no plugin registered")
