@@ -46,7 +46,7 @@ func (c *Container) limitValues(rec *Record) [][2]string {
 	for i, card := range rec.Cards {
 		uuids[i] = card.UUID
 		mem[i] = strconv.FormatInt(card.MemoryMiB, 10)
-		sm[i] = strconv.Itoa(smLimit(card.Cores))
+		sm[i] = strconv.Itoa(SMLimit(card.Cores))
 	}
 	return [][2]string{
 		{api.EnvVisibleUUIDs, strings.Join(uuids, ",")},
@@ -58,9 +58,9 @@ func (c *Container) limitValues(rec *Record) [][2]string {
 	}
 }
 
-// smLimit turns an assignment's cores into vgpu-core's SM limit: 0 cores (no compute
+// SMLimit turns an assignment's cores into vgpu-core's SM limit: 0 cores (no compute
 // reserved, as Volcano writes for memory-only requests) runs uncapped, like 100.
-func smLimit(cores int) int {
+func SMLimit(cores int) int {
 	if cores <= 0 || cores > 100 {
 		return 100
 	}

@@ -1,0 +1,126 @@
+// Package config is the node agent's configuration: a versioned file, environment
+// variables and flags, in increasing precedence (flag > env > file > default). Unknown
+// versions and unknown fields are rejected; Validate reports every problem at once.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/health"
+)
+
+// Version is the config file version this build reads.
+const Version = "v1"
+
+// ErrInvalid is wrapped by every configuration error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the node agent's configuration; docs/device-plugin.md documents each field.
+type Config struct {
+	Version            string          `json:"version"`
+	NodeName           string          `json:"nodeName,omitempty"`
+	Kubeconfig         string          `json:"kubeconfig,omitempty"`
+	ResourceName       string          `json:"resourceName"`
+	SharesPerCard      int             `json:"sharesPerCard"`
+	DevicePluginDir    string          `json:"devicePluginDir"`
+	PluginSocket       string          `json:"pluginSocket"`
+	PodResourcesSocket string          `json:"podResourcesSocket"`
+	StateDir           string          `json:"stateDir"`
+	HookLibrary        string          `json:"hookLibrary"`
+	Preload            string          `json:"preload"`
+	ContainerDir       string          `json:"containerDir"`
+	VGPULogLevel       string          `json:"vgpuLogLevel"`
+	HeartbeatInterval  metav1.Duration `json:"heartbeatInterval"`
+	VolcanoCompat      bool            `json:"volcanoCompat"`
+	MetricsAddress     string          `json:"metricsAddress"`
+	IdentifyTimeout    metav1.Duration `json:"identifyTimeout"`
+	GCInterval         metav1.Duration `json:"gcInterval"`
+	GCGracePeriod      metav1.Duration `json:"gcGracePeriod"`
+	Health             Health          `json:"health"`
+}
+
+// Health configures the health monitor.
+type Health struct {
+	CheckInterval metav1.Duration `json:"checkInterval"`
+	RecoverAfter  metav1.Duration `json:"recoverAfter"`
+	FatalXIDs     []uint64        `json:"fatalXIDs"`
+}
+
+// Default returns the defaults every other source overrides.
+func Default() *Config {
+	d := func(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
+	return &Config{
+		Version:            Version,
+		ResourceName:       api.ResourceNumber,
+		SharesPerCard:      10,
+		DevicePluginDir:    "/var/lib/kubelet/device-plugins",
+		PluginSocket:       "tessera-vgpu.sock",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		StateDir:           "/var/lib/tessera",
+		HookLibrary:        "/usr/local/tessera/lib/libvgpu.so",
+		Preload:            handoff.PreloadFile,
+		ContainerDir:       "/var/run/tessera",
+		VGPULogLevel:       "warn",
+		HeartbeatInterval:  d(30 * time.Second),
+		MetricsAddress:     ":9394",
+		IdentifyTimeout:    d(5 * time.Second),
+		GCInterval:         d(time.Minute),
+		GCGracePeriod:      d(10 * time.Minute),
+		Health: Health{CheckInterval: d(30 * time.Second), RecoverAfter: d(5 * time.Minute),
+			FatalXIDs: append([]uint64(nil), health.DefaultFatalXIDs...)},
+	}
+}
+
+// Validate returns every problem, each naming its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if c.Version != Version {
+		bad("version", "%q, this build reads %q", c.Version, Version)
+	}
+	if c.NodeName == "" {
+		bad("nodeName", "empty (set it, or NODE_NAME from the downward API)")
+	}
+	if c.ResourceName == "" {
+		bad("resourceName", "empty")
+	}
+	if c.SharesPerCard < 1 || c.SharesPerCard > 1000 {
+		bad("sharesPerCard", "%d, want 1..1000", c.SharesPerCard)
+	}
+	for field, p := range map[string]string{"devicePluginDir": c.DevicePluginDir, "podResourcesSocket": c.PodResourcesSocket,
+		"stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir} {
+		if !filepath.IsAbs(p) {
+			bad(field, "%q is not an absolute path", p)
+		}
+	}
+	if c.PluginSocket == "" || filepath.Base(c.PluginSocket) != c.PluginSocket {
+		bad("pluginSocket", "%q must be a file name inside devicePluginDir", c.PluginSocket)
+	}
+	if c.Preload != handoff.PreloadFile && c.Preload != handoff.PreloadEnv {
+		bad("preload", "%q, want %s or %s", c.Preload, handoff.PreloadFile, handoff.PreloadEnv)
+	}
+	switch c.VGPULogLevel {
+	case "error", "warn", "info", "debug":
+	default:
+		bad("vgpuLogLevel", "%q, want error, warn, info or debug", c.VGPULogLevel)
+	}
+	for field, d := range map[string]metav1.Duration{"heartbeatInterval": c.HeartbeatInterval, "identifyTimeout": c.IdentifyTimeout,
+		"gcInterval": c.GCInterval, "gcGracePeriod": c.GCGracePeriod, "health.checkInterval": c.Health.CheckInterval} {
+		if d.Duration <= 0 {
+			bad(field, "%v must be positive", d.Duration)
+		}
+	}
+	if c.Health.RecoverAfter.Duration < 0 {
+		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)
+	}
+	return errors.Join(errs...)
+}

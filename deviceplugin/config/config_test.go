@@ -1,0 +1,98 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTheExampleFileHoldsTheDefaults(t *testing.T) {
+	c, err := Load([]string{"--config", "../../config/device-plugin.yaml"}, env(map[string]string{"NODE_NAME": "n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.NodeName = "n"
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("example file gives\n%+v\nwant the defaults\n%+v", c, want)
+	}
+}
+
+func TestPrecedenceIsFlagThenEnvThenFile(t *testing.T) {
+	file := writeFile(t, "version: v1\nnodeName: from-file\nsharesPerCard: 4\nheartbeatInterval: 7s\nvolcanoCompat: true\n")
+	tests := []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		shares int
+		beat   time.Duration
+		node   string
+	}{
+		{"the file overrides the defaults", []string{"--config", file}, nil, 4, 7 * time.Second, "from-file"},
+		{"the environment overrides the file", []string{"--config", file},
+			map[string]string{"TESSERA_DP_SHARES_PER_CARD": "6", "NODE_NAME": "from-env"}, 6, 7 * time.Second, "from-env"},
+		{"a flag overrides the environment", []string{"--config", file, "--shares-per-card=8", "--heartbeat-interval=1s"},
+			map[string]string{"TESSERA_DP_SHARES_PER_CARD": "6"}, 8, time.Second, "from-file"},
+		{"the config path may come from the environment", nil,
+			map[string]string{"TESSERA_DP_CONFIG": file}, 4, 7 * time.Second, "from-file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.SharesPerCard != tt.shares || c.HeartbeatInterval.Duration != tt.beat || c.NodeName != tt.node || !c.VolcanoCompat {
+				t.Errorf("got shares %d, heartbeat %v, node %q, compat %v; want %d, %v, %q, true",
+					c.SharesPerCard, c.HeartbeatInterval.Duration, c.NodeName, c.VolcanoCompat, tt.shares, tt.beat, tt.node)
+			}
+		})
+	}
+}
+
+func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		args []string
+		want []string
+	}{
+		{"an unknown field is rejected", "version: v1\nnodeName: n\nsharesPerKard: 3\n", nil, []string{"sharesPerKard"}},
+		{"an unknown version is rejected before the fields", "version: v2\nnodeName: n\nnewThing: 1\n", nil, []string{`version "v2"`}},
+		{"a missing version is rejected", "nodeName: n\n", nil, []string{`version ""`}},
+		{"every invalid value is reported at once", "version: v1\nnodeName: n\nsharesPerCard: 0\npreload: magic\nstateDir: relative\n", nil,
+			[]string{"sharesPerCard: 0", `preload: "magic"`, `stateDir: "relative"`}},
+		{"a malformed flag value names the flag", "version: v1\nnodeName: n\n", []string{"--heartbeat-interval=soon"}, []string{"--heartbeat-interval"}},
+		{"a missing node name is reported", "version: v1\n", nil, []string{"nodeName: empty"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(append([]string{"--config", writeFile(t, tt.file)}, tt.args...), env(nil))
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
