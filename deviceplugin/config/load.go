@@ -1,6 +1,7 @@
 package config
 
 import (
+	goflag "flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -82,9 +83,13 @@ func envName(flag string) string {
 }
 
 // Load builds the configuration from defaults, the file (--config or TESSERA_DP_CONFIG),
-// the environment and the flags in args, then validates it.
-func Load(args []string, getenv func(string) (string, bool)) (*Config, error) {
+// the environment and the flags in args, then validates it. Flags of extra (klog's,
+// for instance) are accepted and set as well.
+func Load(args []string, getenv func(string) (string, bool), extra ...*goflag.FlagSet) (*Config, error) {
 	fs := pflag.NewFlagSet("vgpu-device-plugin", pflag.ContinueOnError)
+	for _, x := range extra {
+		fs.AddGoFlagSet(x)
+	}
 	configPath := fs.String("config", "", "versioned config file (env "+EnvPrefix+"CONFIG)")
 	values := make([]*string, len(fields))
 	for i, f := range fields {

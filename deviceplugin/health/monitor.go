@@ -52,7 +52,7 @@ func New(lib nvml.Interface, devices map[string]nvml.Device, reg *cards.Registry
 		m.fatal[x] = true
 	}
 	if m.opts.EventWait <= 0 {
-		m.opts.EventWait = 5 * time.Second
+		m.opts.EventWait = time.Second
 	}
 	return m
 }

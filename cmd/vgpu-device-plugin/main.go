@@ -1,0 +1,46 @@
+// Command vgpu-device-plugin is Tessera's node agent. It reads its configuration
+// (flag > env > file; see config/device-plugin.yaml) and runs deviceplugin/agent.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/agent"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
+)
+
+func main() {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	cfg, err := config.Load(os.Args[1:], os.LookupEnv, klogFlags)
+	if err != nil {
+		klog.ErrorS(err, "Bad configuration")
+		os.Exit(2)
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		klog.ErrorS(err, "Cannot build the Kubernetes client configuration", "kubeconfig", cfg.Kubeconfig)
+		os.Exit(1)
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		klog.ErrorS(err, "Cannot create the Kubernetes client")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := agent.Run(ctx, cfg, agent.Deps{NVML: nvml.New(), Client: client}); err != nil {
+		klog.ErrorS(err, "Node agent stopped")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}

@@ -1,0 +1,151 @@
+// Package agent wires the node agent's parts together: discovery, the card registry,
+// the pod informer, the kubelet server and handoff, the inventory publisher, the health
+// monitor, garbage collection and metrics.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
+	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/health"
+	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
+)
+
+// Deps are the agent's connections to the outside.
+type Deps struct {
+	NVML   nvml.Interface
+	Client kubernetes.Interface
+	// MetricsListener, when set, serves /metrics instead of listening on cfg.MetricsAddress.
+	MetricsListener net.Listener
+	// SysfsRoot is where NUMA nodes are read when NVML cannot tell ("/sys" when empty).
+	SysfsRoot string
+}
+
+// Run starts the agent and returns when ctx ends or a part cannot start.
+func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
+	if ret := deps.NVML.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("%w: Init: %v", discovery.ErrNVML, ret)
+	}
+	defer deps.NVML.Shutdown()
+	sysfs := deps.SysfsRoot
+	if sysfs == "" {
+		sysfs = "/sys"
+	}
+	res, err := discovery.Discover(deps.NVML, discovery.Options{Shares: cfg.SharesPerCard, SysfsRoot: sysfs})
+	if err != nil {
+		return err
+	}
+	reg := cards.NewRegistry(res.Cards(), res.Links)
+	devices := make(map[string]nvml.Device, len(res.Devices))
+	for _, d := range res.Devices {
+		devices[d.Card.UUID] = d.Handle
+	}
+	container, err := prepareHost(cfg)
+	if err != nil {
+		return err
+	}
+	pods := handoff.NewInformerPods(deps.Client, cfg.NodeName)
+	if err := pods.Start(ctx); err != nil {
+		return err
+	}
+	prc, err := handoff.DialPodResources(cfg.PodResourcesSocket, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer prc.Close()
+	store := &handoff.Store{Root: cfg.StateDir}
+	promReg := prometheus.NewRegistry()
+	m := metrics.New(promReg, metrics.Sources{Cards: reg, Store: store, Pods: pods})
+	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
+		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
+		reg, pods, prc, store, &handoff.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
+	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
+		Resource: cfg.ResourceName, OnRegistered: m.Registered}, reg, h)
+	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
+		VolcanoCompat: cfg.VolcanoCompat}, m)
+	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
+		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
+	maint := handoff.NewMaintainer(h, cfg.GCGracePeriod.Duration)
+
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	run(func() { _ = srv.Run(ctx) })
+	run(func() { pub.Run(ctx) })
+	run(func() { mon.Run(ctx) })
+	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
+	if stop, err := serveMetrics(promReg, cfg.MetricsAddress, deps.MetricsListener); err != nil {
+		klog.ErrorS(err, "Metrics endpoint unavailable")
+	} else {
+		defer stop()
+	}
+	klog.InfoS("Node agent running", "node", cfg.NodeName, "cards", len(res.Devices), "resource", cfg.ResourceName)
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}
+
+func resourceNames(cfg *config.Config) api.ResourceNames {
+	n := api.DefaultResourceNames()
+	n.Number = corev1.ResourceName(cfg.ResourceName)
+	return n
+}
+
+// prepareHost creates the state directory and the ld.so.preload file mounted into
+// containers. A missing hook library is logged, not fatal: the agent still publishes
+// the node, and containers fail to start on the missing mount until it is installed.
+func prepareHost(cfg *config.Config) (handoff.Container, error) {
+	c := handoff.Container{HookLibrary: cfg.HookLibrary, Preload: cfg.Preload, Dir: cfg.ContainerDir,
+		LogLevel: cfg.VGPULogLevel, PreloadHostFile: filepath.Join(cfg.StateDir, "ld.so.preload")}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods"), 0o755); err != nil {
+		return c, fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.WriteFile(c.PreloadHostFile, []byte(cfg.HookLibrary+"\n"), 0o644); err != nil {
+		return c, fmt.Errorf("write %s: %w", c.PreloadHostFile, err)
+	}
+	if _, err := os.Stat(cfg.HookLibrary); err != nil {
+		klog.ErrorS(err, "Hook library missing on the host; containers will fail to mount it", "path", cfg.HookLibrary)
+	}
+	return c, nil
+}
+
+func serveMetrics(reg *prometheus.Registry, addr string, lis net.Listener) (func(), error) {
+	if lis == nil {
+		if addr == "" {
+			return func() {}, nil
+		}
+		var err error
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Metrics server stopped")
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
+}

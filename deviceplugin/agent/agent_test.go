@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/internal/fakekubelet"
+	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+)
+
+func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sock, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sock)
+	k, err := fakekubelet.Start(sock, api.ResourceNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	state := t.TempDir()
+	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodRes,
+		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--shares-per-card=4",
+		"--heartbeat-interval=1h"}, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := nvmlfake.FourCardsTwoNUMA()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, Deps{NVML: machine, Client: client, MetricsListener: lis}) }()
+
+	if err := k.WaitFor(ctx, fakekubelet.RegisteredAtLeast(1)); err != nil {
+		t.Fatalf("no registration: %v", err)
+	}
+	if n := len(k.Health()); n != 16 {
+		t.Errorf("kubelet sees %d slots, want 16", n)
+	}
+	var node *corev1.Node
+	for node == nil || node.Annotations[api.AnnotationInventory] == "" {
+		if ctx.Err() != nil {
+			t.Fatal("inventory never published")
+		}
+		node, _ = client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		time.Sleep(10 * time.Millisecond)
+	}
+	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
+	if err != nil || len(inv.Cards) != 4 || inv.Links[0][1] != "NV4" {
+		t.Fatalf("inventory %+v, %v", inv, err)
+	}
+
+	a := &api.PodAssignment{Node: "node-a", QoS: api.QoSBurstShare, Containers: []api.ContainerAssignment{
+		{Name: "main", Cards: []api.CardAssignment{{UUID: machine.UUID(2), MemoryMiB: 4096, Cores: 25}}}}}
+	enc, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
+		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resps, err := k.Admit(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resps["main"].Envs[api.EnvQoS]; got != string(api.QoSBurstShare) {
+		t.Errorf("QoS env %q", got)
+	}
+	if err := k.StartContainers(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Get("http://" + lis.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`tessera_container_memory_limit_mib{container="main",namespace="ns",pod="p",uuid="` + machine.UUID(2) + `"} 4096`,
+		`tessera_card_assigned_cores_percent{index="2",model="NVIDIA A30",uuid="` + machine.UUID(2) + `"} 25`,
+		`tessera_kubelet_calls_total{call="PreStartContainer",result="ok"} 1`,
+		`tessera_kubelet_registrations_total 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
