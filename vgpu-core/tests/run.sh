@@ -50,8 +50,11 @@ UUID0=GPU-7e55e7a0-0000-0000-0000-000000000000
 UUID1=GPU-7e55e7a0-0000-0000-0000-000000000001
 STUBENV=(TESSERA_STUB_MEMORY_MIB=4096)
 # A container with one card limited to 1 GiB.
-lim() { echo env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.$1" \
-  TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_MEMORY_LIMIT_MIB=1024; }
+lim() {
+  local n=$1; shift
+  env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.$n" TESSERA_VISIBLE_UUIDS=$UUID0 \
+    TESSERA_MEMORY_LIMIT_MIB=1024 "$@"
+}
 
 echo "== vgpu-core tests ($BUILD) =="
 run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
@@ -61,9 +64,9 @@ run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid
 for s in edge apis report unknown-free procaddr; do
   run "memory/$s without LD_PRELOAD (stub card 4 GiB)" \
     env "${STUBENV[@]}" EXPECT_LIMIT=$((4 * GIB)) EXPECT_HOOKED=0 "$T/t_memory" $s
-  run "memory/$s with LD_PRELOAD (limit 1 GiB)" $(lim $s) EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
+  run "memory/$s with LD_PRELOAD (limit 1 GiB)" lim $s EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
 done
-run "memory/edge with real driver named by TESSERA_REAL_CUDA_LIB" $(lim real) \
+run "memory/edge with real driver named by TESSERA_REAL_CUDA_LIB" lim real \
   TESSERA_REAL_CUDA_LIB="$STUB/libcuda.so.1" TESSERA_REAL_NVML_LIB="$STUB/libnvidia-ml.so.1" \
   EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
 for s in edge procaddr; do
@@ -71,7 +74,7 @@ for s in edge procaddr; do
     EXPECT_LIMIT=$((4 * GIB)) EXPECT_HOOKED=1 "$T/t_memory" $s
 done
 printf 'version=1\nTESSERA_MEMORY_LIMIT_MIB=512\n' >"$TMP/limits.env"
-run "memory/edge: limits file overrides the environment" $(lim file) TESSERA_LIMITS_FILE="$TMP/limits.env" \
+run "memory/edge: limits file overrides the environment" lim file TESSERA_LIMITS_FILE="$TMP/limits.env" \
   EXPECT_LIMIT=$((512 * MIB)) EXPECT_HOOKED=1 "$T/t_memory" edge
 for d in 0 1; do
   for s in edge apis report; do
@@ -85,9 +88,9 @@ expect_log "memory: malformed limit fails closed and names the variable" 'TESSER
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all
 
-run "share: 2 processes x 100 rounds never exceed one limit" $(lim share2) EXPECT_LIMIT=$GIB "$T/t_share" 2 100
-run "share: 8 processes x 25 rounds never exceed one limit" $(lim share8) EXPECT_LIMIT=$GIB "$T/t_share" 8 25
-run "kill: a SIGKILLed process's memory comes back" $(lim kill) EXPECT_LIMIT=$GIB "$T/t_kill"
+run "share: 2 processes x 100 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 100
+run "share: 8 processes x 25 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 25
+run "kill: a SIGKILLed process's memory comes back" lim kill EXPECT_LIMIT=$GIB "$T/t_kill"
 run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
   "$T/t_dlsym_next"
 run "dlsym: RTLD_NEXT stays exact with a preload ahead of us" env LD_PRELOAD="${PRE% *} $STUB/libprobe.so $LIB" \

@@ -22,7 +22,20 @@ static const struct tessera_symbol table[] = {
 
 void *(*tessera_real_dlsym)(void *, const char *);
 
-void tessera_resolve_real_dlsym(void)
+/*
+ * dlsym runs before everything else, even inside sanitizer runtimes during their own start-up,
+ * so this path is kept free of instrumentation and of intercepted libc string functions.
+ */
+#define EARLY __attribute__((no_sanitize("address", "undefined")))
+
+EARLY static int same(const char *a, const char *b)
+{
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+EARLY void tessera_resolve_real_dlsym(void)
 {
     if (__atomic_load_n(&tessera_real_dlsym, __ATOMIC_ACQUIRE))
         return;
@@ -37,10 +50,10 @@ void tessera_resolve_real_dlsym(void)
     }
 }
 
-const struct tessera_symbol *tessera_symbol_find(const char *name)
+EARLY const struct tessera_symbol *tessera_symbol_find(const char *name)
 {
     for (size_t i = 0; i < NSYMS; i++)
-        if (strcmp(table[i].name, name) == 0)
+        if (same(table[i].name, name))
             return &table[i];
     return NULL;
 }
@@ -99,14 +112,13 @@ void *tessera_symbol_hook_for_request(const char *base, int cuda_version, cuuint
  * Called by the dlsym entry point: returns our hook for a hooked name, else NULL (the caller then
  * continues into the real dlsym with the original return address, keeping RTLD_NEXT exact).
  */
-__attribute__((visibility("hidden"))) void *tessera_dlsym_hook(const char *name)
+EARLY __attribute__((visibility("hidden"))) void *tessera_dlsym_hook(const char *name)
 {
     tessera_resolve_real_dlsym();
-    if (!name || !((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0))
+    if (!name || !((name[0] == 'c' && name[1] == 'u') ||
+                   (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l')))
         return NULL;
     const struct tessera_symbol *s = tessera_symbol_find(name);
-    if (s)
-        TLOG(TLOG_DEBUG, "dlsym(%s) -> hook", name);
     return s ? s->hook : NULL;
 }
 
