@@ -30,7 +30,9 @@ const node = "node-a"
 // harness runs one node agent (handoff + kubelet server) against a fake kubelet, a
 // fake API server and a fake NVML machine.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
+	hd      *handoff.Handoff
+	pods    *handoff.InformerPods
 	ctx     context.Context
 	client  *fake.Clientset
 	kubelet *fakekubelet.Kubelet
@@ -42,7 +44,7 @@ type harness struct {
 	stopped chan struct{}
 }
 
-func newHarness(t *testing.T, lib nvml.Interface, shares int) *harness {
+func newHarness(t testing.TB, lib nvml.Interface, shares int) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -94,6 +96,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	h.stop, h.stopped = cancel, done
+	h.hd, h.pods = hd, pods
 	t.Cleanup(func() { cancel(); <-done; prc.Close() })
 }
 

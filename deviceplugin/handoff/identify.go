@@ -83,6 +83,17 @@ func (h *Handoff) view(ctx context.Context, exclude map[string]bool) (*kubeletVi
 }
 
 func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources, exclude map[string]bool) (*candidate, error) {
+	holding := map[string]bool{}
+	for _, c := range pr.GetContainers() {
+		for _, d := range c.GetDevices() {
+			if d.GetResourceName() == h.cfg.Resource && len(d.GetDeviceIds()) > 0 {
+				holding[c.GetName()] = true
+			}
+		}
+	}
+	if allHolding(pod, corev1.ResourceName(h.cfg.Resource), holding) {
+		return nil, nil // fully set up: skip decoding its assignment
+	}
 	asg, err := ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
 	if err != nil {
 		return nil, err
@@ -93,14 +104,6 @@ func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources
 	}
 	if len(reqs) != len(asg.Containers) {
 		return nil, fmt.Errorf("%w: %s covers %d containers, the pod has %d vGPU containers", api.ErrInvalid, api.AnnotationAssignment, len(asg.Containers), len(reqs))
-	}
-	holding := map[string]bool{}
-	for _, c := range pr.GetContainers() {
-		for _, d := range c.GetDevices() {
-			if d.GetResourceName() == h.cfg.Resource && len(d.GetDeviceIds()) > 0 {
-				holding[c.GetName()] = true
-			}
-		}
 	}
 	for _, r := range reqs {
 		ca := asg.Container(r.Name)
@@ -117,6 +120,17 @@ func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources
 		return &c, nil
 	}
 	return nil, nil
+}
+
+// allHolding reports whether every container that asks the kubelet for the resource
+// already holds slots of it.
+func allHolding(pod *corev1.Pod, resource corev1.ResourceName, holding map[string]bool) bool {
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[resource]; ok && q.Value() > 0 && !holding[c.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 // identify finds the one container the kubelet is setting up with slots on exactly

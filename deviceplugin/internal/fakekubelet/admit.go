@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -34,7 +35,11 @@ func (k *Kubelet) Admit(ctx context.Context, pod *corev1.Pod) (map[string]*plugi
 		if err != nil {
 			return nil, err
 		}
+		start := time.Now()
 		resp, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIDs: ids}}})
+		k.mu.Lock()
+		k.lastAllocate = time.Since(start)
+		k.mu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("allocate container %q: %w", c.Name, err)
 		}
@@ -159,4 +164,11 @@ func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesReq
 		resp.PodResources = append(resp.PodResources, pr)
 	}
 	return resp, nil
+}
+
+// LastAllocate is how long the last Allocate call took, round trip.
+func (k *Kubelet) LastAllocate() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastAllocate
 }

@@ -32,18 +32,19 @@ type Kubelet struct {
 	// prefers, as it does when topology alignment leaves it no choice.
 	IgnorePreferred bool
 
-	mu         sync.Mutex
-	reg        *grpc.Server
-	regDone    chan struct{}
-	podres     *grpc.Server
-	plugin     pluginapi.DevicePluginClient
-	conn       *grpc.ClientConn
-	opts       *pluginapi.DevicePluginOptions
-	registered int
-	health     map[string]string // slot ID -> health
-	pods       []*corev1.Pod
-	devices    map[string]map[string][]string // pod UID -> container -> slot IDs
-	admission  sync.Mutex
+	mu           sync.Mutex
+	reg          *grpc.Server
+	regDone      chan struct{}
+	podres       *grpc.Server
+	plugin       pluginapi.DevicePluginClient
+	conn         *grpc.ClientConn
+	opts         *pluginapi.DevicePluginOptions
+	registered   int
+	health       map[string]string // slot ID -> health
+	pods         []*corev1.Pod
+	devices      map[string]map[string][]string // pod UID -> container -> slot IDs
+	admission    sync.Mutex
+	lastAllocate time.Duration
 }
 
 // Start serves both sockets under dir.

@@ -1,0 +1,68 @@
+package handoff_test
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+)
+
+// reportPercentiles adds p50 and p99 of the per-operation durations to the benchmark.
+func reportPercentiles(b *testing.B, name string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) }
+	b.ReportMetric(at(0.50), name+"-p50-µs")
+	b.ReportMetric(at(0.99), name+"-p99-µs")
+}
+
+// BenchmarkAllocate measures one pod's admission through real gRPC: the kubelet's
+// GetPreferredAllocation and Allocate (each asking PodResources once) for a pod of two
+// cards, with 2 resident pods per card on the node (10 shares per card). "allocate" is
+// the Allocate round trip alone. Each measured pod is removed again, untimed.
+func BenchmarkAllocate(b *testing.B) {
+	for _, n := range []int{8, 16} {
+		b.Run(fmt.Sprintf("%d-cards", n), func(b *testing.B) {
+			h := newHarness(b, nvmlfake.Cards(n), 10)
+			h.waitRegistered(1)
+			admit := func(name string, i int) (*corev1.Pod, time.Duration, time.Duration) {
+				p := pod(name, ctr{"main", []api.CardAssignment{card(h.uuids[i%n], 100, 1), card(h.uuids[(i+1)%n], 100, 1)}})
+				h.bind(p)
+				for _, ok := h.pods.Get(p.Namespace, p.Name); !ok; _, ok = h.pods.Get(p.Namespace, p.Name) {
+					time.Sleep(100 * time.Microsecond)
+				}
+				start := time.Now()
+				if _, err := h.kubelet.Admit(h.ctx, p); err != nil {
+					b.Fatal(err)
+				}
+				return p, time.Since(start), h.kubelet.LastAllocate()
+			}
+			for i := 0; i < 2*n; i++ {
+				admit(fmt.Sprintf("resident-%d", i), i)
+			}
+			var admits, allocs []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p, t, a := admit(fmt.Sprintf("bench-%d", i), i)
+				admits, allocs = append(admits, t), append(allocs, a)
+				b.StopTimer()
+				h.kubelet.Remove(p)
+				if err := h.client.CoreV1().Pods(p.Namespace).Delete(h.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			reportPercentiles(b, "admit", admits)
+			reportPercentiles(b, "allocate", allocs)
+		})
+	}
+}
