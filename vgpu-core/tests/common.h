@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-static int tc_failed, tc_passed;
-static const char *tc_case = "";
+static int tc_failed __attribute__((unused)), tc_passed __attribute__((unused));
+static const char *tc_case __attribute__((unused)) = "";
 
 #define CASE(name) (tc_case = (name))
 #define CHECK(cond, ...)                                                              \

@@ -10,7 +10,7 @@
 
 #define CTL_PERIOD_NS 100000000ULL   /* NVML refreshes utilisation at roughly this rate */
 #define BURST_NS 4000000ULL          /* launches may run this far ahead of the budget */
-#define NSPW_MIN 200ULL
+#define NSPW_MIN 10ULL
 #define NSPW_MAX 1000000000ULL
 #define DEFAULT_WAVE_NS 100000ULL    /* first guess of one wave's duration; the controller corrects it */
 #define GAIN 0.6
