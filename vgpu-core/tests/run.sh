@@ -88,8 +88,8 @@ expect_log "memory: malformed limit fails closed and names the variable" 'TESSER
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all
 
-run "share: 2 processes x 100 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 100
-run "share: 8 processes x 25 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 25
+run "share: 2 processes x 400 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 400
+run "share: 8 processes x 100 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 100
 run "kill: a SIGKILLed process's memory comes back" lim kill EXPECT_LIMIT=$GIB "$T/t_kill"
 run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
   "$T/t_dlsym_next"
@@ -111,6 +111,10 @@ for sms in 80 188; do
     sm "sm: $sms SMs fixed-share $pct% holds $pct±5% after 2 s" $pct LD_PRELOAD="$PRE" TESSERA_STUB_SMS=$sms \
       TESSERA_SM_LIMIT=$pct TESSERA_QOS=fixed-share
   done
+done
+for k in 5 5000; do
+  sm "sm: ${k} µs blocks (far from the first guess) still converge to 30%" 30 LD_PRELOAD="$PRE" TESSERA_STUB_SMS=188 \
+    TESSERA_SM_LIMIT=30 TEST_KERNEL=sleep_${k}us
 done
 sm "sm: second card of a two-card container is limited too (30,60 -> 60%)" 60 LD_PRELOAD="$PRE" \
   TESSERA_STUB_DEVICES=2 TESSERA_STUB_SMS=108 TESSERA_SM_LIMIT=30,60 TEST_DEVICE=1

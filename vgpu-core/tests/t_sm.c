@@ -4,6 +4,7 @@
  * Usage: t_sm <expected%> [seconds] [grid-multiplier]
  *   expected%       the utilisation to hold (the SM limit, or 100 when uncapped)
  *   TOLERANCE       allowed deviation in points (default 5)
+ *   TEST_KERNEL     stub kernel name (default sleep_200us)
  * Kernels: 200 µs blocks; grid sizes cycle through 1, 1.5, 2 and 3 waves of the card's SMs, so the
  * controller cannot rely on one kernel shape.
  */
@@ -24,7 +25,8 @@ int main(int argc, char **argv)
     tc_context(dev);
     int sms = 0;
     cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-    CUfunction k = tc_kernel("sleep_200us");
+    const char *kname = getenv("TEST_KERNEL");
+    CUfunction k = tc_kernel(kname ? kname : "sleep_200us");
     const unsigned grids[] = {(unsigned)sms, (unsigned)sms * 3 / 2, (unsigned)sms * 2, (unsigned)sms * 3};
     uint64_t t0 = tc_now_ns(), warm = t0 + 2000000000ULL, end = t0 + (uint64_t)(seconds * 1e9);
     uint64_t busy_warm = 0, t_warm = 0;
