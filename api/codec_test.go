@@ -36,7 +36,7 @@ func TestInventoryRoundTrip(t *testing.T) {
 func TestInventoryDecodeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, want string
-		unsupported    bool
+		unsupported     bool
 	}{
 		{"a newer version is reported as unsupported", `{"version":"v2","cards":[],"extra":1}`, `version "v2"`, true},
 		{"a missing version is rejected", `{"cards":[]}`, "missing version", false},

@@ -26,6 +26,9 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/actions"
 	_ "volcano.sh/volcano/pkg/scheduler/plugins"
 	_ "volcano.sh/volcano/pkg/scheduler/util/assert"
+
+	// Tessera's plugins register themselves under their conf names.
+	_ "github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
 var logFlushFreq = pflag.Duration("log-flush-frequency", 5*time.Second, "Maximum time between log flushes.")

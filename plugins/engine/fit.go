@@ -30,23 +30,54 @@ type Fit struct {
 // failure it returns a *FitError naming the container and, per card, the limit that
 // failed.
 func FitPod(n *Node, req *Request) (*Fit, *FitError) {
-	scratch := n.Clone()
-	fit := &Fit{Node: n.Name, Containers: make([]api.ContainerAssignment, 0, len(req.Containers))}
-	for _, cr := range req.Containers {
-		chosen, ferr := fitContainer(scratch, &cr, req)
+	return place(n, req, true)
+}
+
+// ScorePod is FitPod without building the assignment: the node's score for the
+// pod, or why it does not fit. Predicates call it for every node.
+func ScorePod(n *Node, req *Request) (float64, *FitError) {
+	f, ferr := place(n, req, false)
+	if ferr != nil {
+		return 0, ferr
+	}
+	return f.Score, nil
+}
+
+func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
+	// extra is what earlier containers of this pod took, per card; allocated only
+	// once a container has been placed, so the common one-container pod and every
+	// refusal cost no copy of the node.
+	var extra []Usage
+	fit := &Fit{Node: n.Name}
+	if build {
+		fit.Containers = make([]api.ContainerAssignment, 0, len(req.Containers))
+	}
+	for ci := range req.Containers {
+		cr := &req.Containers[ci]
+		chosen, ferr := fitContainer(n, extra, cr, req)
 		if ferr != nil {
 			return nil, ferr
 		}
-		ca := api.ContainerAssignment{Name: cr.Name, Cards: make([]api.CardAssignment, len(chosen))}
-		for i, idx := range chosen {
-			c := &scratch.Cards[idx]
-			mem := memoryFor(&c.Card, &cr)
-			ca.Cards[i] = api.CardAssignment{UUID: c.UUID, MemoryMiB: mem, Cores: cr.Cores}
-			c.Used.add(Usage{MemoryMiB: mem, Cores: cr.Cores, Tenants: 1})
+		if extra == nil {
+			extra = make([]Usage, len(n.Cards))
 		}
-		fit.Containers = append(fit.Containers, ca)
+		var ca api.ContainerAssignment
+		if build {
+			ca = api.ContainerAssignment{Name: cr.Name, Cards: make([]api.CardAssignment, len(chosen))}
+		}
+		for i, idx := range chosen {
+			c := &n.Cards[idx]
+			mem := memoryFor(&c.Card, cr)
+			if build {
+				ca.Cards[i] = api.CardAssignment{UUID: c.UUID, MemoryMiB: mem, Cores: cr.Cores}
+			}
+			extra[idx].add(Usage{MemoryMiB: mem, Cores: cr.Cores, Tenants: 1})
+		}
+		if build {
+			fit.Containers = append(fit.Containers, ca)
+		}
 	}
-	fit.Score = NodeScore(scratch, req.NodePolicy)
+	fit.Score = nodeScore(n, extra, req.NodePolicy)
 	return fit, nil
 }
 
@@ -55,16 +86,27 @@ type candidate struct {
 	score float64
 }
 
-func fitContainer(n *Node, cr *api.ContainerRequest, req *Request) ([]int, *FitError) {
-	cands := make([]candidate, 0, len(n.Cards))
+// usedWith is a card's usage plus what earlier containers of the pod took.
+func usedWith(n *Node, extra []Usage, i int) Usage {
+	u := n.Cards[i].Used
+	if extra != nil {
+		u.add(extra[i])
+	}
+	return u
+}
+
+func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request) ([]int, *FitError) {
+	var buf [16]candidate
+	cands := buf[:0]
 	var rejects []CardReject
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		if r := checkCard(c, cr, &req.Options); r != nil {
+		used := usedWith(n, extra, i)
+		if r := checkCard(c, used, cr, &req.Options); r != nil {
 			rejects = append(rejects, *r)
 			continue
 		}
-		cands = append(cands, candidate{idx: i, score: CardScore(c, memoryFor(&c.Card, cr), cr.Cores, req.CardPolicy)})
+		cands = append(cands, candidate{idx: i, score: cardScore(c, used, memoryFor(&c.Card, cr), cr.Cores, req.CardPolicy)})
 	}
 	if len(cands) < cr.Cards {
 		return nil, &FitError{Node: n.Name, Container: cr.Name, Wanted: cr.Cards, Fitting: len(cands), Cards: len(n.Cards), Rejects: rejects}
@@ -93,8 +135,9 @@ func memoryFor(c *api.Card, cr *api.ContainerRequest) int64 {
 	return max(1, c.MemoryMiB*int64(cr.MemoryPercent)/100)
 }
 
-// checkCard applies the hard filters, cheapest and most permanent first.
-func checkCard(c *CardState, cr *api.ContainerRequest, o *api.PodOptions) *CardReject {
+// checkCard applies the hard filters, cheapest and most permanent first, against
+// the card's usage used.
+func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions) *CardReject {
 	reject := func(reason Reason, detail string) *CardReject {
 		return &CardReject{Index: c.Index, UUID: c.UUID, Reason: reason, Detail: detail}
 	}
@@ -116,17 +159,18 @@ func checkCard(c *CardState, cr *api.ContainerRequest, o *api.PodOptions) *CardR
 	if mem > c.CapacityMiB {
 		return reject(ReasonTooSmall, itoa(mem)+" MiB wanted, card has "+itoa(c.CapacityMiB)+" MiB")
 	}
+	freeCores, freeMiB := 100-used.Cores, c.CapacityMiB-used.MemoryMiB
 	switch {
-	case c.Used.Tenants >= c.Shares:
-		return reject(ReasonShares, itoa(int64(c.Used.Tenants))+" of "+itoa(int64(c.Shares))+" shares taken")
-	case cr.Exclusive() && c.Used.Tenants > 0:
-		return reject(ReasonNotIdle, "an exclusive (100% cores) request needs an idle card; "+itoa(int64(c.Used.Tenants))+" tenants")
-	case c.Used.Cores >= 100:
+	case used.Tenants >= c.Shares:
+		return reject(ReasonShares, itoa(int64(used.Tenants))+" of "+itoa(int64(c.Shares))+" shares taken")
+	case cr.Exclusive() && used.Tenants > 0:
+		return reject(ReasonNotIdle, "an exclusive (100% cores) request needs an idle card; "+itoa(int64(used.Tenants))+" tenants")
+	case used.Cores >= 100:
 		return reject(ReasonCores, "card's cores are fully taken")
-	case cr.Cores > c.FreeCores():
-		return reject(ReasonCores, itoa(int64(cr.Cores))+"% wanted, "+itoa(int64(c.FreeCores()))+"% free")
-	case mem > c.FreeMiB():
-		return reject(ReasonMemory, itoa(mem)+" MiB wanted, "+itoa(c.FreeMiB())+" of "+itoa(c.CapacityMiB)+" MiB free")
+	case cr.Cores > freeCores:
+		return reject(ReasonCores, itoa(int64(cr.Cores))+"% wanted, "+itoa(int64(freeCores))+"% free")
+	case mem > freeMiB:
+		return reject(ReasonMemory, itoa(mem)+" MiB wanted, "+itoa(freeMiB)+" of "+itoa(c.CapacityMiB)+" MiB free")
 	}
 	return nil
 }
@@ -142,6 +186,9 @@ func contains(list []string, s string) bool {
 
 // containsFold reports whether model contains any of the substrings, ignoring case.
 func containsFold(subs []string, model string) bool {
+	if len(subs) == 0 {
+		return false
+	}
 	m := strings.ToLower(model)
 	for _, s := range subs {
 		if strings.Contains(m, strings.ToLower(s)) {

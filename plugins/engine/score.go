@@ -2,14 +2,14 @@ package engine
 
 import "github.com/tessera-gpu/tessera/api"
 
-// utilisation is a card's load after adding mem and cores: the mean of its memory
-// and compute fractions, in 0..1.
-func utilisation(c *CardState, mem int64, cores int) float64 {
+// utilisation is a card's load with usage used plus (mem, cores): the mean of its
+// memory and compute fractions, in 0..1.
+func utilisation(c *CardState, used Usage, mem int64, cores int) float64 {
 	if c.CapacityMiB <= 0 {
 		return 1
 	}
-	m := float64(c.Used.MemoryMiB+mem) / float64(c.CapacityMiB)
-	k := float64(c.Used.Cores+cores) / 100
+	m := float64(used.MemoryMiB+mem) / float64(c.CapacityMiB)
+	k := float64(used.Cores+cores) / 100
 	return min(1, (m+k)/2)
 }
 
@@ -17,23 +17,30 @@ func utilisation(c *CardState, mem int64, cores int) float64 {
 // that ends up fullest, keeping other cards whole for large requests; spread prefers
 // the emptiest, keeping tenants apart.
 func CardScore(c *CardState, mem int64, cores int, p api.Policy) float64 {
-	u := utilisation(c, mem, cores)
+	return cardScore(c, c.Used, mem, cores, p)
+}
+
+func cardScore(c *CardState, used Usage, mem int64, cores int, p api.Policy) float64 {
+	u := utilisation(c, used, mem, cores)
 	if p == api.PolicySpread {
 		return 100 * (1 - u)
 	}
 	return 100 * u
 }
 
-// NodeScore rates a node after a placement, 0..100, from the mean utilisation of its
+// NodeScore rates a node as it stands, 0..100, from the mean utilisation of its
 // healthy cards: binpack favours full nodes, spread empty ones.
-func NodeScore(n *Node, p api.Policy) float64 {
+func NodeScore(n *Node, p api.Policy) float64 { return nodeScore(n, nil, p) }
+
+// nodeScore is NodeScore with extra usage on top of the node's.
+func nodeScore(n *Node, extra []Usage, p api.Policy) float64 {
 	var sum float64
 	var k int
 	for i := range n.Cards {
 		if !n.Cards[i].Healthy {
 			continue
 		}
-		sum += utilisation(&n.Cards[i], 0, 0)
+		sum += utilisation(&n.Cards[i], usedWith(n, extra, i), 0, 0)
 		k++
 	}
 	if k == 0 {

@@ -1,0 +1,183 @@
+package sim
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/cmd/scheduler/app/options"
+	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/conf"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins"
+	"volcano.sh/volcano/pkg/scheduler/plugins/gang"
+	"volcano.sh/volcano/pkg/scheduler/plugins/nodeorder"
+	"volcano.sh/volcano/pkg/scheduler/plugins/predicates"
+	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
+	"volcano.sh/volcano/pkg/scheduler/util"
+
+	"github.com/tessera-gpu/tessera/plugins/vgpu"
+)
+
+// Result is what a simulation produced.
+type Result struct {
+	Sessions int
+	// Bound holds every bound pod as the API server would store it.
+	Bound []*corev1.Pod
+	// Pending maps each job that is not fully placed to the scheduler's reason.
+	Pending map[string]string
+	Nodes   []*corev1.Node
+	Jobs    []Job
+}
+
+// recordingBinder stands in for the API server's binding subresource: it keeps the
+// pod with the Binding's annotations and node, as the API server would.
+type recordingBinder struct {
+	mu    sync.Mutex
+	bound []*corev1.Pod
+}
+
+func (b *recordingBinder) Bind(_ kubernetes.Interface, tasks []*vapi.TaskInfo) map[vapi.TaskID]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range tasks {
+		p := t.Pod.DeepCopy()
+		p.Spec.NodeName = t.NodeName
+		p.Status.Phase = corev1.PodRunning
+		b.bound = append(b.bound, p)
+	}
+	return nil
+}
+
+func (b *recordingBinder) take() []*corev1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.bound
+	b.bound = nil
+	return out
+}
+
+// Run schedules the scenario: up to s.Sessions sessions of enqueue + allocate, each
+// followed by the bound pods flowing back into the cache.
+func Run(s *Scenario) (*Result, error) {
+	// Volcano's actions read their tuning from the scheduler's global options.
+	if options.ServerOpts == nil {
+		options.Default()
+	}
+	now := time.Now()
+	binder := &recordingBinder{}
+	sc := cache.NewCustomMockSchedulerCache("volcano", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil, &record.FakeRecorder{})
+	res := &Result{Pending: map[string]string{}, Jobs: s.Jobs}
+	for _, g := range s.Nodes {
+		for i := 0; i < g.Count; i++ {
+			n, err := gpuNode(g, i, now)
+			if err != nil {
+				return nil, err
+			}
+			sc.AddOrUpdateNode(n)
+			res.Nodes = append(res.Nodes, n)
+		}
+	}
+	sc.AddQueueV1beta1(util.BuildQueue("default", 1, nil))
+	for _, q := range s.Queues {
+		sc.AddQueueV1beta1(util.BuildQueue(q.Name, q.Weight, nil))
+	}
+	pods := map[string]*corev1.Pod{}
+	for ji, j := range s.Jobs {
+		sc.AddPodGroupV1beta1(podGroup(j))
+		for i := 0; i < j.Replicas; i++ {
+			p := jobPod(j, i, now.Add(time.Duration(ji*1000+i)*time.Millisecond))
+			pods[p.Name] = p
+			sc.AddPod(p)
+		}
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	sc.Run(stop)
+	framework.CleanupPluginBuilders()
+	for name, b := range map[string]framework.PluginBuilder{gang.PluginName: gang.New, proportion.PluginName: proportion.New,
+		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, vgpu.PluginName: vgpu.New} {
+		framework.RegisterPluginBuilder(name, b)
+	}
+	tiers := simTiers(s.Plugin)
+
+	for res.Sessions < s.Sessions {
+		res.Sessions++
+		ssn := framework.OpenSession(sc, tiers, nil)
+		for _, a := range []framework.Action{enqueue.New(), allocate.New()} {
+			a.Initialize()
+			a.Execute(ssn)
+			a.UnInitialize()
+		}
+		reasons := pendingReasons(ssn)
+		dispatched := countBinding(ssn)
+		framework.CloseSession(ssn)
+		bound := waitForBinds(binder, dispatched)
+		for _, p := range bound {
+			sc.UpdatePod(pods[p.Name], p)
+			pods[p.Name] = p
+			res.Bound = append(res.Bound, p)
+		}
+		res.Pending = reasons
+		if len(bound) == 0 {
+			break
+		}
+	}
+	sort.Slice(res.Bound, func(i, j int) bool { return res.Bound[i].Name < res.Bound[j].Name })
+	return res, nil
+}
+
+func simTiers(args map[string]any) []conf.Tier {
+	var opts []conf.PluginOption
+	for _, n := range []string{gang.PluginName, proportion.PluginName, predicates.PluginName, nodeorder.PluginName, vgpu.PluginName} {
+		o := conf.PluginOption{Name: n}
+		if n == vgpu.PluginName {
+			o.Arguments = framework.Arguments(args)
+		}
+		plugins.ApplyPluginConfDefaults(&o)
+		opts = append(opts, o)
+	}
+	return []conf.Tier{{Plugins: opts}}
+}
+
+func countBinding(ssn *framework.Session) int {
+	n := 0
+	for _, job := range ssn.Jobs {
+		n += len(job.TaskStatusIndex[vapi.Binding])
+	}
+	return n
+}
+
+// waitForBinds collects the binds the session dispatched; Volcano binds asynchronously.
+func waitForBinds(b *recordingBinder, want int) []*corev1.Pod {
+	var got []*corev1.Pod
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < want && time.Now().Before(deadline) {
+		got = append(got, b.take()...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return got
+}
+
+// pendingReasons is what the gang plugin writes on each unready PodGroup.
+func pendingReasons(ssn *framework.Session) map[string]string {
+	out := map[string]string{}
+	for _, job := range ssn.Jobs {
+		if len(job.TaskStatusIndex[vapi.Pending]) == 0 {
+			continue
+		}
+		msg := job.FitError()
+		if job.PodGroup != nil && string(job.PodGroup.Status.Phase) == string(schedulingv1.PodGroupPending) && job.JobFitErrors == "" {
+			msg = "not enqueued: " + msg
+		}
+		out[job.Name] = msg
+	}
+	return out
+}

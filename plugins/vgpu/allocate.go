@@ -1,0 +1,103 @@
+package vgpu
+
+import (
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// onAllocate books the task's cards and writes the assignment on the session's copy
+// of the pod, so that it reaches the API server on the Binding.
+func (p *vgpuPlugin) onAllocate(e *framework.Event) {
+	task := e.Task
+	if task.Status != vapi.Allocated {
+		// Pipelined tasks wait for resources being released and bind in a later
+		// session; an evicted task restored by a discarded statement kept its cards.
+		return
+	}
+	tr := p.request(task)
+	if tr == nil || tr.err != nil {
+		return
+	}
+	l := p.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := l.nodes[task.NodeName]
+	if !ok {
+		klog.ErrorS(nil, "vGPU task allocated to a node without vGPU inventory; it will have no cards",
+			"task", klog.KRef(task.Namespace, task.Name), "node", task.NodeName)
+		return
+	}
+	fit, ferr := engine.FitPod(n, tr.req)
+	if ferr != nil {
+		klog.ErrorS(ferr, "vGPU task allocated to a node whose cards no longer fit it; it will have no cards",
+			"task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		return
+	}
+	if err := n.Reserve(fit.Containers); err != nil {
+		klog.ErrorS(err, "Reserving vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
+		return
+	}
+	l.version[n.Name]++
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: n.Name, QoS: tr.req.Options.QoS, Containers: fit.Containers}
+	encoded, err := api.EncodeAssignment(a)
+	if err != nil {
+		n.Release(fit.Containers)
+		klog.ErrorS(err, "Encoding vGPU assignment", "task", klog.KRef(task.Namespace, task.Name))
+		return
+	}
+	original := task.Pod
+	pod := original.DeepCopy()
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	now := p.now()
+	pod.Annotations[api.AnnotationAssignment] = encoded
+	pod.Annotations[api.AnnotationAssignedAt] = strconv.FormatInt(now.UnixNano(), 10)
+	pod.Annotations[api.AnnotationHandoff] = api.HandoffPending
+	if p.args.VolcanoCompat {
+		ids := api.EncodeVolcanoPodDevices(a)
+		pod.Annotations[api.VolcanoAssignedIDs] = ids
+		pod.Annotations[api.VolcanoDevicesToAllocate] = ids
+		pod.Annotations[api.VolcanoAssignedNode] = n.Name
+		pod.Annotations[api.VolcanoAssignedTime] = strconv.FormatInt(now.Unix(), 10)
+		pod.Annotations[api.VolcanoBindPhase] = api.VolcanoBindPhaseAllocating
+		pod.Annotations[api.VolcanoBindTime] = strconv.FormatInt(now.Unix(), 10)
+	}
+	task.Pod = pod
+	l.booked[task.UID] = &booking{node: n.Name, containers: fit.Containers, original: original}
+	p.store.put(types.UID(task.UID), a, now)
+	klog.V(4).InfoS("vGPU cards assigned", "task", klog.KRef(task.Namespace, task.Name), "node", n.Name, "assignment", encoded)
+}
+
+// onDeallocate gives back the cards of an allocation that is rolled back.
+func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
+	task := e.Task
+	if task.Status == vapi.Releasing {
+		// An evicted pod holds its cards until it is gone; a later session sees that.
+		return
+	}
+	l := p.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.booked[task.UID]
+	if !ok {
+		return
+	}
+	l.version[b.node]++
+	if n, ok := l.nodes[b.node]; ok {
+		for _, err := range n.Release(b.containers) {
+			klog.ErrorS(err, "Releasing vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
+		}
+	}
+	task.Pod = b.original
+	delete(l.booked, task.UID)
+	p.store.delete(types.UID(task.UID))
+	klog.V(4).InfoS("vGPU cards released", "task", klog.KRef(task.Namespace, task.Name), "node", b.node)
+}

@@ -1,0 +1,264 @@
+package vgpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	_ "unsafe" // for go:linkname
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	hamivgpu "volcano.sh/volcano/pkg/scheduler/api/devices/nvidia/vgpu"
+	"volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/conf"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins"
+	"volcano.sh/volcano/pkg/scheduler/plugins/deviceshare"
+	"volcano.sh/volcano/pkg/scheduler/plugins/gang"
+	"volcano.sh/volcano/pkg/scheduler/plugins/nodeorder"
+	"volcano.sh/volcano/pkg/scheduler/plugins/predicates"
+	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
+	"volcano.sh/volcano/pkg/scheduler/util"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+const (
+	benchNodes    = 1000
+	benchCards    = 8
+	benchTasks    = 500
+	benchGangSize = 4
+	benchCardMiB  = 40960
+)
+
+// BenchmarkSession measures one scheduling session (open, allocate, close) on a
+// synthetic cluster of 1,000 nodes x 8 cards with 500 pending vGPU tasks in gangs of
+// four, three ways in one run: no device plugin at all, Volcano v1.10.0's deviceshare
+// with VGPUEnable, and Tessera's vgpu plugin. Besides time it reports how many tasks
+// were placed and on how many distinct cards.
+func BenchmarkSession(b *testing.B) {
+	patches := startFakeAPIServer(b)
+	shipped := hamiKubeClient
+	for _, mode := range []string{"none", "tessera", "tessera-spread", "deviceshare-unthrottled", "deviceshare"} {
+		b.Run(mode, func(b *testing.B) {
+			hamiKubeClient = shipped
+			if mode == "deviceshare-unthrottled" {
+				hamiKubeClient = unthrottled
+			}
+			var placed, cards, nodes int
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				pending = newPendingStore()
+				patches.reset()
+				sc := benchCache()
+				stop := make(chan struct{})
+				sc.Run(stop)
+				framework.CleanupPluginBuilders()
+				registerBenchPlugins()
+				t := benchTiers(mode)
+				b.StartTimer()
+
+				ssn := framework.OpenSession(sc, t, nil)
+				act := allocate.New()
+				act.Initialize()
+				act.Execute(ssn)
+				act.UnInitialize()
+				b.StopTimer()
+				placed, cards, nodes = countPlacements(ssn, mode, patches)
+				framework.CloseSession(ssn)
+				close(stop)
+				hamivgpu.VGPUEnable = false
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(placed), "tasks-placed")
+			b.ReportMetric(float64(cards), "cards-used")
+			b.ReportMetric(float64(nodes), "nodes-used")
+		})
+	}
+}
+
+func registerBenchPlugins() {
+	for name, fn := range map[string]framework.PluginBuilder{gang.PluginName: gang.New, proportion.PluginName: proportion.New,
+		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, deviceshare.PluginName: deviceshare.New, PluginName: New} {
+		framework.RegisterPluginBuilder(name, fn)
+	}
+}
+
+func benchTiers(mode string) []conf.Tier {
+	names := []string{gang.PluginName, proportion.PluginName, predicates.PluginName, nodeorder.PluginName}
+	var opts []conf.PluginOption
+	for _, n := range names {
+		opts = append(opts, conf.PluginOption{Name: n})
+	}
+	switch mode {
+	case "deviceshare", "deviceshare-unthrottled":
+		opts = append(opts, conf.PluginOption{Name: deviceshare.PluginName, Arguments: framework.Arguments{
+			deviceshare.VGPUEnable: true, deviceshare.SchedulePolicyArgument: "binpack", deviceshare.ScheduleWeight: 10}})
+	case "tessera":
+		opts = append(opts, conf.PluginOption{Name: PluginName})
+	case "tessera-spread":
+		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{argNodePolicy: "spread"}})
+	}
+	for i := range opts {
+		plugins.ApplyPluginConfDefaults(&opts[i])
+	}
+	return []conf.Tier{{Plugins: opts}}
+}
+
+// benchCache builds the cluster. Every node carries both Tessera's inventory and the
+// HAMi registration, so each plugin reads its own format of the same cards.
+func benchCache() *cache.SchedulerCache {
+	sc := cache.NewCustomMockSchedulerCache("bench", util.NewFakeBinder(benchTasks*2), util.NewFakeEvictor(0),
+		&util.FakeStatusUpdater{}, nil, nil, &record.FakeRecorder{})
+	hb := time.Now().UTC().Format(time.RFC3339)
+	for n := 0; n < benchNodes; n++ {
+		name := fmt.Sprintf("node-%04d", n)
+		node := gpuNode(name, benchCards, "NVIDIA-A100", benchCardMiB)
+		node.Annotations[api.AnnotationHeartbeat] = hb
+		var reg []api.VolcanoCard
+		for c := 0; c < benchCards; c++ {
+			reg = append(reg, api.VolcanoCard{UUID: fmt.Sprintf("GPU-%s-%d", name, c), Count: 10, MemoryMiB: benchCardMiB, Type: "NVIDIA-A100", Healthy: true})
+		}
+		s, _ := api.EncodeVolcanoNodeRegister(reg)
+		node.Annotations[api.VolcanoNodeRegister] = s
+		// "Requesting" within the last minute: Volcano reads the node without patching it.
+		node.Annotations[api.VolcanoNodeHandshake] = "Requesting_" + time.Now().Format("2006.01.02 15:04:05")
+		sc.AddOrUpdateNode(node)
+	}
+	sc.AddQueueV1beta1(util.BuildQueue("q1", 1, nil))
+	for g := 0; g < benchTasks/benchGangSize; g++ {
+		pg := fmt.Sprintf("job-%03d", g)
+		sc.AddPodGroupV1beta1(util.BuildPodGroup(pg, "ns", "q1", benchGangSize, nil, schedulingv1.PodGroupInqueue))
+		for m := 0; m < benchGangSize; m++ {
+			i := g*benchGangSize + m
+			var p *corev1.Pod
+			switch i % 5 {
+			case 0:
+				p = vgpuPod(fmt.Sprintf("%s-%d", pg, m), pg, 2, 20000, 50, nil)
+			case 1:
+				p = vgpuPod(fmt.Sprintf("%s-%d", pg, m), pg, 1, benchCardMiB, 100, nil)
+			default:
+				p = vgpuPod(fmt.Sprintf("%s-%d", pg, m), pg, 1, 10000, 25, nil)
+			}
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
+			sc.AddPod(p)
+		}
+	}
+	return sc
+}
+
+func countPlacements(ssn *framework.Session, mode string, patches *patchLog) (placed, cards, nodes int) {
+	cardSet, nodeSet := map[string]bool{}, map[string]bool{}
+	for _, job := range ssn.Jobs {
+		for _, task := range job.Tasks {
+			if task.NodeName == "" {
+				continue
+			}
+			placed++
+			nodeSet[task.NodeName] = true
+			if s, ok := task.Pod.Annotations[api.AnnotationAssignment]; ok {
+				a, _ := api.DecodeAssignment(s)
+				for _, c := range a.Containers {
+					for _, card := range c.Cards {
+						cardSet[card.UUID] = true
+					}
+				}
+			}
+		}
+	}
+	if strings.HasPrefix(mode, "deviceshare") {
+		for _, ids := range patches.podAnnotations(api.VolcanoAssignedIDs) {
+			per, err := api.DecodeVolcanoPodDevices(ids)
+			if err != nil {
+				continue
+			}
+			for _, c := range per {
+				for _, card := range c {
+					cardSet[card.UUID] = true
+				}
+			}
+		}
+	}
+	return placed, len(cardSet), len(nodeSet)
+}
+
+// patchLog records the pod PATCHes deviceshare sends to the API server.
+type patchLog struct {
+	mu   sync.Mutex
+	pods []map[string]string
+}
+
+func (l *patchLog) reset() { l.mu.Lock(); l.pods = nil; l.mu.Unlock() }
+
+func (l *patchLog) podAnnotations(key string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, a := range l.pods {
+		if v, ok := a[key]; ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// startFakeAPIServer answers the PATCH calls Volcano's vGPU code makes through its
+// own package-level client, which cannot be replaced by a fake clientset.
+func startFakeAPIServer(b *testing.B) *patchLog {
+	log := &patchLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPatch && filepath.Base(filepath.Dir(r.URL.Path)) == "pods" {
+			var p struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			if json.Unmarshal(body, &p) == nil {
+				log.mu.Lock()
+				log.pods = append(log.pods, p.Metadata.Annotations)
+				log.mu.Unlock()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	b.Cleanup(srv.Close)
+	kc := filepath.Join(b.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n", srv.URL)
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("KUBECONFIG", kc)
+	if _, err := hamivgpu.NewClient(); err != nil {
+		b.Fatal(err)
+	}
+	var err error
+	if unthrottled, err = kubernetes.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1}); err != nil {
+		b.Fatal(err)
+	}
+	return log
+}
+
+// Volcano's vGPU code PATCHes pods synchronously during allocation through a
+// package-level client built with client-go's default limit of 5 requests per
+// second. The "deviceshare" run measures it as shipped; "deviceshare-unthrottled"
+// swaps in a client without the limit to show the cost of its algorithm alone.
+//
+//go:linkname hamiKubeClient volcano.sh/volcano/pkg/scheduler/api/devices/nvidia/vgpu.kubeClient
+var hamiKubeClient kubernetes.Interface
+
+var unthrottled kubernetes.Interface

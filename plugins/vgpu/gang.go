@@ -1,0 +1,204 @@
+package vgpu
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/plugins/util"
+
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// demand is a lower bound on what one task takes from the cluster's cards.
+type demand struct {
+	memoryMiB int64
+	cores     int64
+	slots     int64
+}
+
+// taskDemand bounds a request from below: percentage memory is priced at the
+// smallest card, so a job refused on these figures can never fit.
+func taskDemand(r *engine.Request, smallestMiB int64) demand {
+	var d demand
+	for _, c := range r.Containers {
+		mem := c.MemoryMiB
+		if mem == 0 {
+			mem = max(1, smallestMiB*int64(c.MemoryPercent)/100)
+		}
+		d.memoryMiB += int64(c.Cards) * mem
+		d.cores += int64(c.Cards * c.Cores)
+		d.slots += int64(c.Cards)
+	}
+	return d
+}
+
+// free sums what the cluster's healthy cards have free now; total what they would
+// have with every tenant gone.
+func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
+func (l *ledger) total() (demand, int64) { return l.capacity(false) }
+
+func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, n := range l.nodes {
+		for _, c := range n.Cards {
+			if !c.Healthy || c.MIG {
+				continue
+			}
+			if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
+				smallestMiB = c.MemoryMiB
+			}
+			if !free {
+				d.memoryMiB += c.CapacityMiB
+				d.cores += 100
+				d.slots += int64(c.Shares)
+				continue
+			}
+			d.memoryMiB += max(0, c.FreeMiB())
+			d.cores += int64(max(0, c.FreeCores()))
+			d.slots += int64(max(0, c.Shares-c.Used.Tenants))
+		}
+	}
+	return d, smallestMiB
+}
+
+// pendingVGPU returns the job's pending tasks' requests; a malformed one ends the
+// search with its reason.
+func (p *vgpuPlugin) pendingVGPU(job *vapi.JobInfo) (reqs []*engine.Request, others int, err error) {
+	for _, t := range job.TaskStatusIndex[vapi.Pending] {
+		tr := p.request(t)
+		switch {
+		case tr == nil:
+			others++
+		case tr.err != nil:
+			return nil, 0, fmt.Errorf("task %s: %w", t.Name, tr.err)
+		default:
+			reqs = append(reqs, tr.req)
+		}
+	}
+	return reqs, others, nil
+}
+
+// jobEnqueueable keeps a gang out of the queue while the cluster's free vGPU
+// capacity cannot hold its minimum members, and says why on the PodGroup.
+func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
+	job, ok := obj.(*vapi.JobInfo)
+	if !ok {
+		return util.Abstain
+	}
+	reqs, others, err := p.pendingVGPU(job)
+	if err != nil {
+		job.JobFitErrors = "vgpu: " + err.Error()
+		return util.Reject
+	}
+	if len(reqs) == 0 {
+		return util.Abstain
+	}
+	need := int(job.MinAvailable) - int(job.ReadyTaskNum()) - others
+	if need <= 0 {
+		return util.Abstain
+	}
+	free, smallest := p.ledger.free()
+	why := exceeds(reqs, need, free, smallest, "free in the cluster")
+	if why == "" {
+		return util.Abstain
+	}
+	job.JobFitErrors = "vgpu: " + why
+	klog.V(3).InfoS("vGPU job not enqueued", "job", klog.KRef(job.Namespace, job.Name), "reason", why)
+	return util.Reject
+}
+
+// exceeds reports why the cheapest need members of reqs cannot fit in capacity c,
+// or "" when they might. Cheapest first: if even they exceed it, no choice of
+// members fits.
+func exceeds(reqs []*engine.Request, need int, c demand, smallestMiB int64, what string) string {
+	ds := make([]demand, len(reqs))
+	for i, r := range reqs {
+		ds[i] = taskDemand(r, smallestMiB)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].memoryMiB < ds[j].memoryMiB })
+	var sum demand
+	for _, d := range ds[:min(need, len(ds))] {
+		sum.memoryMiB += d.memoryMiB
+		sum.cores += d.cores
+		sum.slots += d.slots
+	}
+	switch {
+	case sum.slots > c.slots:
+		return fmt.Sprintf("%d card shares needed by %d members, %d %s", sum.slots, need, c.slots, what)
+	case sum.memoryMiB > c.memoryMiB:
+		return fmt.Sprintf("%d MiB of card memory needed by %d members, %d MiB %s", sum.memoryMiB, need, c.memoryMiB, what)
+	case sum.cores > c.cores:
+		return fmt.Sprintf("%d%% of card cores needed by %d members, %d%% %s", sum.cores, need, c.cores, what)
+	}
+	return ""
+}
+
+// jobValid skips jobs that could not run even on an empty cluster: a malformed
+// request, or members that no node's cards can ever hold.
+func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
+	job, ok := obj.(*vapi.JobInfo)
+	if !ok {
+		return nil
+	}
+	reqs, others, err := p.pendingVGPU(job)
+	if err != nil {
+		return invalid(job, "InvalidVGPURequest", "vgpu: "+err.Error())
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	placeable := int(job.ReadyTaskNum()) + others
+	var firstWhy string
+	for _, r := range reqs {
+		if why := p.ledger.neverFits(r); why != "" {
+			if firstWhy == "" {
+				firstWhy = why
+			}
+			continue
+		}
+		placeable++
+	}
+	if placeable < int(job.MinAvailable) {
+		return invalid(job, "VGPURequestTooLarge", fmt.Sprintf("vgpu: %d of %d members can run in this cluster, %d required: %s",
+			placeable, len(job.Tasks), job.MinAvailable, firstWhy))
+	}
+	need := int(job.MinAvailable) - int(job.ReadyTaskNum()) - others
+	if need <= 0 {
+		return nil
+	}
+	total, smallest := p.ledger.total()
+	if why := exceeds(reqs, need, total, smallest, "in the whole cluster"); why != "" {
+		return invalid(job, "VGPURequestTooLarge", "vgpu: the gang can never fit: "+why)
+	}
+	return nil
+}
+
+// invalid records the reason where the gang plugin reports it on the PodGroup:
+// Volcano's allocate action drops a ValidateResult's message.
+func invalid(job *vapi.JobInfo, reason, msg string) *vapi.ValidateResult {
+	job.JobFitErrors = msg
+	klog.V(3).InfoS("vGPU job cannot run", "job", klog.KRef(job.Namespace, job.Name), "reason", msg)
+	return &vapi.ValidateResult{Pass: false, Reason: reason, Message: msg}
+}
+
+// neverFits returns why a request fits no node even with every card idle, or "".
+func (l *ledger) neverFits(r *engine.Request) string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	why := "no node has vGPU cards"
+	for _, n := range l.nodes {
+		idle := n.Clone()
+		for i := range idle.Cards {
+			idle.Cards[i].Used = engine.Usage{}
+		}
+		_, ferr := engine.FitPod(idle, r)
+		if ferr == nil {
+			return ""
+		}
+		why = ferr.Error()
+	}
+	return why
+}

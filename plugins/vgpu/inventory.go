@@ -1,0 +1,102 @@
+package vgpu
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// decodeCache keeps the last decoded value per annotation string: nodes and running
+// pods change rarely, while sessions run every second over all of them.
+type decodeCache[T any] struct {
+	mu sync.Mutex
+	m  map[string]decoded[T]
+}
+
+type decoded[T any] struct {
+	v   T
+	err error
+}
+
+func (c *decodeCache[T]) get(s string, decode func(string) (T, error)) (T, error) {
+	c.mu.Lock()
+	if d, ok := c.m[s]; ok {
+		c.mu.Unlock()
+		return d.v, d.err
+	}
+	c.mu.Unlock()
+	v, err := decode(s)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 20000 {
+		c.m = make(map[string]decoded[T])
+	}
+	c.m[s] = decoded[T]{v, err}
+	c.mu.Unlock()
+	return v, err
+}
+
+var (
+	inventories   decodeCache[*api.NodeInventory]
+	assignments   decodeCache[*api.PodAssignment]
+	volcanoCards  decodeCache[[][]api.CardAssignment]
+	registrations decodeCache[*api.NodeInventory]
+)
+
+// nodeInventory reads a node's cards: Tessera's own inventory first, then the HAMi
+// volcano device plugin's registration. It returns nil, nil for a node without
+// vGPU cards, and an error a user can act on when the annotations are unusable.
+func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, error) {
+	if s, ok := node.Annotations[api.AnnotationInventory]; ok {
+		inv, err := inventories.get(s, api.DecodeInventory)
+		if err != nil {
+			return nil, err
+		}
+		if hb, ok := node.Annotations[api.AnnotationHeartbeat]; ok && heartbeatTimeout > 0 {
+			t, err := time.Parse(time.RFC3339, hb)
+			if err != nil {
+				return nil, fmt.Errorf("%w: annotation %s: %q is not an RFC 3339 time", api.ErrInvalid, api.AnnotationHeartbeat, hb)
+			}
+			if age := now.Sub(t); age > heartbeatTimeout {
+				return nil, fmt.Errorf("node agent heartbeat is %s old (limit %s)", age.Round(time.Second), heartbeatTimeout)
+			}
+		}
+		return inv, nil
+	}
+	if s, ok := node.Annotations[api.VolcanoNodeRegister]; ok {
+		return registrations.get(s, func(s string) (*api.NodeInventory, error) {
+			cards, err := api.DecodeVolcanoNodeRegister(s)
+			if err != nil {
+				return nil, err
+			}
+			return api.InventoryFromVolcano(cards), nil
+		})
+	}
+	return nil, nil
+}
+
+// podAssignment reads the cards a placed pod holds: Tessera's annotation, then
+// Volcano's. ok is false when the pod carries neither.
+func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, ok bool, err error) {
+	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
+		a, err := assignments.get(s, api.DecodeAssignment)
+		if err != nil {
+			return nil, true, err
+		}
+		return a.Containers, true, nil
+	}
+	if s, found := pod.Annotations[api.VolcanoAssignedIDs]; found {
+		per, err := volcanoCards.get(s, api.DecodeVolcanoPodDevices)
+		if err != nil {
+			return nil, true, err
+		}
+		for i, cards := range per {
+			cs = append(cs, api.ContainerAssignment{Name: fmt.Sprintf("#%d", i), Cards: cards})
+		}
+		return cs, true, nil
+	}
+	return nil, false, nil
+}

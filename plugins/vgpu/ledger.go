@@ -1,0 +1,110 @@
+package vgpu
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// ledger is one session's view of every vGPU card: capacity from the node
+// inventories, usage from the pods the session sees and from assignments still in
+// flight, kept in step with the session's allocate and deallocate events.
+type ledger struct {
+	mu    sync.RWMutex
+	nodes map[string]*engine.Node
+	// unusable explains nodes whose inventory cannot be used (malformed, stale).
+	unusable map[string]string
+	// booked are the assignments made in this session, by task.
+	booked map[vapi.TaskID]*booking
+	// version counts each node's bookings and releases, so a score computed by the
+	// predicate can be reused by node ordering while the node is unchanged.
+	version map[string]uint64
+	// scores holds the predicate's last score per node, for node ordering.
+	scores map[string]*scoreSlot
+}
+
+// scoreSlot is one node's last computed score. Volcano predicates a task on many
+// nodes in parallel, each node once, then orders them: a slot per node keeps the
+// writers apart.
+type scoreSlot struct {
+	mu      sync.Mutex
+	task    vapi.TaskID
+	version uint64
+	score   float64
+}
+
+type booking struct {
+	node       string
+	containers []api.ContainerAssignment
+	// original is the task's pod before the annotations were added, restored when
+	// the allocation is rolled back.
+	original *corev1.Pod
+}
+
+func newLedger() *ledger {
+	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, booked: map[vapi.TaskID]*booking{},
+		version: map[string]uint64{}, scores: map[string]*scoreSlot{}}
+}
+
+// addNode registers a node's cards; only while the ledger is being built.
+func (l *ledger) addNode(n *engine.Node) {
+	l.nodes[n.Name] = n
+	l.scores[n.Name] = &scoreSlot{}
+}
+
+// score runs the engine for a task against a node's current usage and remembers
+// the score for node ordering. why explains a node that has no usable cards.
+func (l *ledger) score(task vapi.TaskID, node string, req *engine.Request) (ferr *engine.FitError, why string) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n, ok := l.nodes[node]
+	if !ok {
+		if why, bad := l.unusable[node]; bad {
+			return nil, why
+		}
+		return nil, "node has no vGPU inventory"
+	}
+	s, ferr := engine.ScorePod(n, req)
+	if ferr == nil {
+		slot := l.scores[node]
+		slot.mu.Lock()
+		slot.task, slot.version, slot.score = task, l.version[node], s
+		slot.mu.Unlock()
+	}
+	return ferr, ""
+}
+
+// cachedScore returns the node's score for the task, reusing the predicate's when
+// the node has not changed since; ok is false when the task does not fit.
+func (l *ledger) cachedScore(task vapi.TaskID, node string, req *engine.Request) (float64, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n, ok := l.nodes[node]
+	if !ok {
+		return 0, false
+	}
+	slot := l.scores[node]
+	slot.mu.Lock()
+	hit := slot.task == task && slot.version == l.version[node]
+	s := slot.score
+	slot.mu.Unlock()
+	if hit {
+		return s, true
+	}
+	s, ferr := engine.ScorePod(n, req)
+	return s, ferr == nil
+}
+
+// usage returns a copy of one node's cards, for metrics and tests.
+func (l *ledger) usage(node string) []engine.CardState {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n, ok := l.nodes[node]; ok {
+		return append([]engine.CardState(nil), n.Cards...)
+	}
+	return nil
+}

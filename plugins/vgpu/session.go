@@ -1,0 +1,127 @@
+package vgpu
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// buildLedger reads every node's cards and books what the pods on it hold.
+func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
+	l := newLedger()
+	now := p.now()
+	for name, ni := range ssn.Nodes {
+		if ni.Node == nil {
+			continue
+		}
+		inv, err := nodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
+		if err != nil {
+			l.unusable[name] = err.Error()
+			klog.V(4).InfoS("Node's vGPU inventory is unusable", "node", name, "err", err)
+			continue
+		}
+		if inv == nil {
+			continue
+		}
+		n := engine.NewNode(name, inv, p.args.MemoryOversubscription)
+		for _, task := range ni.Tasks {
+			p.accountTask(n, task)
+		}
+		l.addNode(n)
+	}
+	return l
+}
+
+// accountTask books the cards a task on the node already holds: from its pod's
+// annotation, or from this scheduler's in-flight store when the informer has not
+// caught up yet.
+func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
+	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
+		return
+	}
+	cs, ok, err := podAssignment(task.Pod)
+	if err != nil {
+		klog.ErrorS(err, "Pod on node carries a malformed vGPU assignment; its cards cannot be accounted",
+			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name)
+		return
+	}
+	if !ok {
+		a, found := p.store.get(types.UID(task.UID))
+		if !found {
+			klog.V(2).InfoS("vGPU pod on node has no assignment; its cards cannot be accounted",
+				"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name, "status", task.Status)
+			return
+		}
+		cs = a.Containers
+	}
+	for _, err := range n.Account(cs) {
+		klog.ErrorS(err, "Accounting an existing vGPU assignment", "pod", klog.KRef(task.Namespace, task.Name))
+	}
+}
+
+// sessionPodView tells the in-flight store what the session knows about a pod.
+func sessionPodView(ssn *framework.Session) func(types.UID) podView {
+	tasks := map[types.UID]*vapi.TaskInfo{}
+	for _, job := range ssn.Jobs {
+		for id, t := range job.Tasks {
+			tasks[types.UID(id)] = t
+		}
+	}
+	return func(uid types.UID) podView {
+		t, ok := tasks[uid]
+		switch {
+		case !ok:
+			return podAbsent
+		case t.Pod != nil && t.Pod.Annotations[api.AnnotationAssignment] != "":
+			return podConfirmed
+		case t.Status == vapi.Pending || t.Status == vapi.Pipelined:
+			return podUnplaced
+		}
+		return podInFlight
+	}
+}
+
+// predicate refuses nodes whose cards cannot take the task.
+func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
+	tr := p.request(task)
+	if tr == nil {
+		return nil
+	}
+	if tr.err != nil {
+		return unresolvable(task, node, "vgpu: "+tr.err.Error())
+	}
+	ferr, why := p.ledger.score(task.UID, node.Name, tr.req)
+	switch {
+	case why != "":
+		return unresolvable(task, node, "vgpu: "+why)
+	case ferr != nil:
+		klog.V(5).InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		code := vapi.UnschedulableAndUnresolvable
+		if ferr.Resolvable() {
+			code = vapi.Unschedulable
+		}
+		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: ferr.Error()})
+	}
+	return nil
+}
+
+func unresolvable(task *vapi.TaskInfo, node *vapi.NodeInfo, reason string) error {
+	return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: vapi.UnschedulableAndUnresolvable, Reason: reason})
+}
+
+// nodeOrder scores a node by where the task's cards would go; 0 for other tasks.
+func (p *vgpuPlugin) nodeOrder(task *vapi.TaskInfo, node *vapi.NodeInfo) (float64, error) {
+	tr := p.request(task)
+	if tr == nil || tr.err != nil {
+		return 0, nil
+	}
+	s, ok := p.ledger.cachedScore(task.UID, node.Name, tr.req)
+	if !ok {
+		return 0, nil
+	}
+	return s * p.args.Weight, nil
+}

@@ -1,0 +1,110 @@
+// Package vgpu is Tessera's Volcano scheduler plugin: it chooses the node and the
+// cards for every container that requests vGPU resources, gang-aware, and records
+// the choice on the pod so that it travels on the Binding. Tasks without vGPU
+// requests pass through every hook untouched.
+package vgpu
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// PluginName is the name used in volcano-scheduler.conf.
+const PluginName = "vgpu"
+
+type vgpuPlugin struct {
+	args   Args
+	ledger *ledger
+	store  *pendingStore
+	now    func() time.Time
+
+	mu       sync.Mutex
+	requests map[vapi.TaskID]*taskRequest
+}
+
+// taskRequest caches a task's parsed demand for the session; err is the reason a
+// malformed request or annotation makes the task unschedulable.
+type taskRequest struct {
+	req *engine.Request
+	err error
+}
+
+// New builds the plugin for one session.
+func New(arguments framework.Arguments) framework.Plugin {
+	args, err := ParseArgs(arguments)
+	if err != nil {
+		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
+	}
+	return &vgpuPlugin{args: args, store: pending, now: time.Now, requests: map[vapi.TaskID]*taskRequest{}}
+}
+
+func (p *vgpuPlugin) Name() string { return PluginName }
+
+func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
+	start := p.now()
+	p.ledger = p.buildLedger(ssn)
+	dropped := p.store.reconcile(sessionPodView(ssn), p.now(), p.args.PendingTTL)
+
+	ssn.AddPredicateFn(PluginName, p.predicate)
+	if p.args.Weight > 0 {
+		ssn.AddNodeOrderFn(PluginName, p.nodeOrder)
+	}
+	ssn.AddJobValidFn(PluginName, p.jobValid)
+	ssn.AddJobEnqueueableFn(PluginName, p.jobEnqueueable)
+	ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onAllocate, DeallocateFunc: p.onDeallocate})
+
+	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
+		"inFlight", p.store.len(), "droppedInFlight", dropped, "duration", p.now().Sub(start))
+}
+
+func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
+	klog.V(3).InfoS("vgpu session closed", "booked", len(p.ledger.booked))
+}
+
+// request returns the task's parsed vGPU demand, or nil for a task without one.
+func (p *vgpuPlugin) request(task *vapi.TaskInfo) *taskRequest {
+	if task.Pod == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tr, ok := p.requests[task.UID]; ok {
+		return tr
+	}
+	var tr *taskRequest
+	if p.args.Resources.HasVGPURequest(task.Pod) {
+		tr = p.parseRequest(task)
+	}
+	p.requests[task.UID] = tr
+	return tr
+}
+
+func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
+	cs, err := p.args.Resources.ContainerRequests(task.Pod)
+	if err != nil {
+		return &taskRequest{err: err}
+	}
+	opts, err := api.ParsePodOptions(task.Pod.Annotations)
+	if err != nil {
+		return &taskRequest{err: err}
+	}
+	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: p.args.CardPolicy, NodePolicy: p.args.NodePolicy}
+	if opts.CardPolicy != "" {
+		r.CardPolicy = opts.CardPolicy
+	}
+	if opts.NodePolicy != "" {
+		r.NodePolicy = opts.NodePolicy
+	}
+	return &taskRequest{req: r}
+}
+
+func init() {
+	framework.RegisterPluginBuilder(PluginName, New)
+}
