@@ -7,7 +7,7 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: all build build-go vgpu-core test test-go test-vgpu-core fuzz lint bench bench-go bench-vgpu-core clean
+.PHONY: all build build-go vgpu-core test test-go test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean
 
 all: build
 
@@ -39,6 +39,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+## simulate: Tessera's plugin inside Volcano's real scheduler on the embedded default cluster (no API server).
+simulate:
+	$(GO) run ./cmd/tessera simulate $(SIMFLAGS)
 
 bench: bench-go bench-vgpu-core
 
