@@ -146,10 +146,13 @@ func validateLinks(links [][]LinkType, n int) error {
 	if len(links) != n {
 		return fmt.Errorf("%w: %s: links has %d rows for %d cards", ErrInvalid, AnnotationInventory, len(links), n)
 	}
+	// Every row's length first: the symmetry check below reads links[j][i].
 	for i, row := range links {
 		if len(row) != n {
 			return fmt.Errorf("%w: %s: links[%d] has %d entries for %d cards", ErrInvalid, AnnotationInventory, i, len(row), n)
 		}
+	}
+	for i, row := range links {
 		for j, l := range row {
 			switch {
 			case !l.valid():

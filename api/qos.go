@@ -36,13 +36,17 @@ const (
 	PolicyBinpack Policy = "binpack"
 	// PolicySpread prefers idle nodes and cards, trading density for isolation.
 	PolicySpread Policy = "spread"
+	// PolicyTopology ranks by the links between a pod's cards: for cards, a single
+	// card goes where taking it hurts the node's remaining links least; for nodes,
+	// the node whose best card set is best connected wins.
+	PolicyTopology Policy = "topology"
 )
 
 // ParsePolicy validates a policy name.
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
-	case PolicyBinpack, PolicySpread:
+	case PolicyBinpack, PolicySpread, PolicyTopology:
 		return Policy(s), nil
 	}
-	return "", fmt.Errorf("%w: policy %q: want %s or %s", ErrInvalid, s, PolicyBinpack, PolicySpread)
+	return "", fmt.Errorf("%w: policy %q: want %s, %s or %s", ErrInvalid, s, PolicyBinpack, PolicySpread, PolicyTopology)
 }
