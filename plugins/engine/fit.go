@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sort"
 	"strings"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -15,6 +14,9 @@ type Request struct {
 	// the plugin's default.
 	CardPolicy api.Policy
 	NodePolicy api.Policy
+	// TopologyWeight scales the link quality of multi-card containers (0..100) added
+	// to the node score on nodes with a link matrix; 0 leaves node scores link-blind.
+	TopologyWeight float64
 }
 
 // Fit is a feasible placement of a pod on a node.
@@ -48,6 +50,8 @@ func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
 	// once a container has been placed, so the common one-container pod and every
 	// refusal cost no copy of the node.
 	var extra []Usage
+	var grades float64
+	multi := 0
 	fit := &Fit{Node: n.Name}
 	if build {
 		fit.Containers = make([]api.ContainerAssignment, 0, len(req.Containers))
@@ -71,13 +75,26 @@ func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
 			if build {
 				ca.Cards[i] = api.CardAssignment{UUID: c.UUID, MemoryMiB: mem, Cores: cr.Cores}
 			}
-			extra[idx].add(Usage{MemoryMiB: mem, Cores: cr.Cores, Tenants: 1})
+			extra[idx].add(tenantUsage(api.CardAssignment{MemoryMiB: mem, Cores: cr.Cores}, req.Options.QoS))
+		}
+		if len(chosen) > 1 && n.topo != nil {
+			grades += n.topo.setGrade(chosen)
+			multi++
 		}
 		if build {
 			fit.Containers = append(fit.Containers, ca)
 		}
 	}
 	fit.Score = nodeScore(n, extra, req.NodePolicy)
+	if multi > 0 {
+		// The link quality of what the pod would get: the whole score under the
+		// topology policy, a weighted bonus under the others.
+		if g := grades / float64(multi); req.NodePolicy == api.PolicyTopology {
+			fit.Score = g
+		} else {
+			fit.Score += req.TopologyWeight * g
+		}
+	}
 	return fit, nil
 }
 
@@ -102,7 +119,11 @@ func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		used := usedWith(n, extra, i)
-		if r := checkCard(c, used, cr, &req.Options); r != nil {
+		r := checkCard(c, used, cr, &req.Options)
+		if r == nil {
+			r = checkQoS(c, used, cr, &req.Options)
+		}
+		if r != nil {
 			rejects = append(rejects, *r)
 			continue
 		}
@@ -111,18 +132,14 @@ func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request
 	if len(cands) < cr.Cards {
 		return nil, &FitError{Node: n.Name, Container: cr.Name, Wanted: cr.Cards, Fitting: len(cands), Cards: len(n.Cards), Rejects: rejects}
 	}
-	// Highest score first; the lower card index breaks ties so results are deterministic.
-	sort.Slice(cands, func(a, b int) bool {
-		if cands[a].score != cands[b].score {
-			return cands[a].score > cands[b].score
-		}
-		return cands[a].idx < cands[b].idx
-	})
 	out := make([]int, cr.Cards)
-	for i := range out {
-		out[i] = cands[i].idx
+	if req.Options.NUMABind && cr.Cards > 1 {
+		if ok, counts := chooseOneNUMA(n, cands, cr.Cards, out); !ok {
+			return nil, &FitError{Node: n.Name, Container: cr.Name, Wanted: cr.Cards, Fitting: len(cands), Cards: len(n.Cards), Rejects: rejects, NUMA: counts}
+		}
+		return out, nil
 	}
-	sort.Ints(out)
+	choose(n, cands, cr.Cards, req.CardPolicy, out)
 	return out, nil
 }
 

@@ -15,6 +15,9 @@ type Usage struct {
 	Cores     int
 	// Tenants counts the containers using the card.
 	Tenants int
+	// Classes counts the shared tenants per QoS class: a card's pool is the class
+	// its shared tenants belong to. Exclusive tenants are outside the pools.
+	Classes ClassCounts
 }
 
 // CardState is a card with its capacity and current usage.
@@ -38,6 +41,9 @@ type Node struct {
 	Name  string
 	Cards []CardState
 	byID  map[string]int
+	// topo holds the pairwise link scores; nil when the inventory has no link
+	// matrix, in which case cards are chosen as if links did not matter.
+	topo *topology
 }
 
 // NewNode builds a node from an inventory. oversub scales schedulable memory (≥ 1).
@@ -50,12 +56,13 @@ func NewNode(name string, inv *api.NodeInventory, oversub float64) *Node {
 		n.Cards[i] = CardState{Card: c, CapacityMiB: int64(float64(c.MemoryMiB) * oversub)}
 		n.byID[c.UUID] = i
 	}
+	n.topo = newTopology(inv)
 	return n
 }
 
 // Clone returns an independent copy.
 func (n *Node) Clone() *Node {
-	c := &Node{Name: n.Name, Cards: append([]CardState(nil), n.Cards...), byID: n.byID}
+	c := &Node{Name: n.Name, Cards: append([]CardState(nil), n.Cards...), byID: n.byID, topo: n.topo}
 	return c
 }
 
@@ -67,9 +74,9 @@ func (n *Node) Card(uuid string) *CardState {
 	return nil
 }
 
-// Reserve books an assignment's cards. It checks every card first and changes
-// nothing unless all of them have room, so a card is never over-committed.
-func (n *Node) Reserve(cs []api.ContainerAssignment) error {
+// Reserve books an assignment of QoS class qos. It checks every card first and
+// changes nothing unless all of them have room, so a card is never over-committed.
+func (n *Node) Reserve(cs []api.ContainerAssignment, qos api.QoSClass) error {
 	need := make(map[int]Usage)
 	for _, c := range cs {
 		for _, a := range c.Cards {
@@ -78,9 +85,7 @@ func (n *Node) Reserve(cs []api.ContainerAssignment) error {
 				return fmt.Errorf("node %s has no card %s", n.Name, a.UUID)
 			}
 			u := need[i]
-			u.MemoryMiB += a.MemoryMiB
-			u.Cores += a.Cores
-			u.Tenants++
+			u.add(tenantUsage(a, qos))
 			need[i] = u
 		}
 	}
@@ -104,7 +109,7 @@ func (n *Node) Reserve(cs []api.ContainerAssignment) error {
 // Account books an assignment that already exists on the node (a running pod)
 // even if it over-commits a card: ignoring it would hand the same memory out twice.
 // It returns the problems it found so the caller can log them.
-func (n *Node) Account(cs []api.ContainerAssignment) []error {
+func (n *Node) Account(cs []api.ContainerAssignment, qos api.QoSClass) []error {
 	var errs []error
 	for _, c := range cs {
 		for _, a := range c.Cards {
@@ -113,7 +118,7 @@ func (n *Node) Account(cs []api.ContainerAssignment) []error {
 				errs = append(errs, fmt.Errorf("node %s has no card %s", n.Name, a.UUID))
 				continue
 			}
-			card.Used.add(Usage{MemoryMiB: a.MemoryMiB, Cores: a.Cores, Tenants: 1})
+			card.Used.add(tenantUsage(a, qos))
 			if card.FreeMiB() < 0 || card.FreeCores() < 0 || card.Used.Tenants > card.Shares {
 				errs = append(errs, fmt.Errorf("card %d (%s) on %s is over-committed: %d/%d MiB, %d%% cores, %d/%d tenants",
 					card.Index, card.UUID, n.Name, card.Used.MemoryMiB, card.CapacityMiB, card.Used.Cores, card.Used.Tenants, card.Shares))
@@ -123,9 +128,9 @@ func (n *Node) Account(cs []api.ContainerAssignment) []error {
 	return errs
 }
 
-// Release returns an assignment's cards. Usage never goes below zero; a release
-// that would is reported.
-func (n *Node) Release(cs []api.ContainerAssignment) []error {
+// Release returns an assignment's cards, booked with class qos. Usage never goes
+// below zero; a release that would is reported.
+func (n *Node) Release(cs []api.ContainerAssignment, qos api.QoSClass) []error {
 	var errs []error
 	for _, c := range cs {
 		for _, a := range c.Cards {
@@ -134,7 +139,7 @@ func (n *Node) Release(cs []api.ContainerAssignment) []error {
 				errs = append(errs, fmt.Errorf("node %s has no card %s", n.Name, a.UUID))
 				continue
 			}
-			if err := card.Used.sub(Usage{MemoryMiB: a.MemoryMiB, Cores: a.Cores, Tenants: 1}); err != nil {
+			if err := card.Used.sub(tenantUsage(a, qos)); err != nil {
 				errs = append(errs, fmt.Errorf("card %d (%s) on %s: %w", card.Index, card.UUID, n.Name, err))
 			}
 		}
@@ -146,15 +151,17 @@ func (u *Usage) add(d Usage) {
 	u.MemoryMiB += d.MemoryMiB
 	u.Cores += d.Cores
 	u.Tenants += d.Tenants
+	u.Classes.add(d.Classes)
 }
 
 func (u *Usage) sub(d Usage) error {
 	var err error
-	if d.MemoryMiB > u.MemoryMiB || d.Cores > u.Cores || d.Tenants > u.Tenants {
+	if d.MemoryMiB > u.MemoryMiB || d.Cores > u.Cores || d.Tenants > u.Tenants || !u.Classes.covers(d.Classes) {
 		err = fmt.Errorf("release of %+v exceeds usage %+v; clamped at zero", d, *u)
 	}
 	u.MemoryMiB = max(0, u.MemoryMiB-d.MemoryMiB)
 	u.Cores = max(0, u.Cores-d.Cores)
 	u.Tenants = max(0, u.Tenants-d.Tenants)
+	u.Classes.sub(d.Classes)
 	return err
 }

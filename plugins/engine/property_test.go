@@ -21,7 +21,7 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 		for step := 0; step < 100; step++ {
 			if len(live) > 0 && rng.Intn(3) == 0 {
 				k := rng.Intn(len(live))
-				if errs := n.Release(live[k]); len(errs) > 0 {
+				if errs := n.Release(live[k], api.QoSFixedShare); len(errs) > 0 {
 					t.Fatalf("round %d: release of a live assignment failed: %v", round, errs)
 				}
 				live = append(live[:k], live[k+1:]...)
@@ -31,7 +31,7 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 				if ferr != nil {
 					continue
 				}
-				if err := n.Reserve(f.Containers); err != nil {
+				if err := n.Reserve(f.Containers, api.QoSFixedShare); err != nil {
 					t.Fatalf("round %d: FitPod chose %v but Reserve refused: %v", round, f.Containers, err)
 				}
 				live = append(live, f.Containers)
@@ -39,7 +39,7 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 			checkInvariants(t, n)
 		}
 		for _, a := range live {
-			n.Release(a)
+			n.Release(a, api.QoSFixedShare)
 		}
 		for _, c := range n.Cards {
 			if c.Used != (Usage{}) {
@@ -84,13 +84,13 @@ func checkInvariants(t *testing.T, n *Node) {
 func TestReserveIsAllOrNothing(t *testing.T) {
 	n := used(testNode(healthy(2)...), 1, 39500, 0, 1)
 	a := []api.ContainerAssignment{{Name: "x", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000}, {UUID: "GPU-b", MemoryMiB: 1000}}}}
-	if err := n.Reserve(a); err == nil {
+	if err := n.Reserve(a, api.QoSFixedShare); err == nil {
 		t.Fatal("Reserve accepted an assignment that over-commits GPU-b")
 	}
 	if n.Cards[0].Used != (Usage{}) {
 		t.Fatalf("a refused Reserve changed GPU-a: %+v", n.Cards[0].Used)
 	}
-	if errs := n.Release(a); len(errs) == 0 || n.Cards[0].Used.MemoryMiB != 0 {
+	if errs := n.Release(a, api.QoSFixedShare); len(errs) == 0 || n.Cards[0].Used.MemoryMiB != 0 {
 		t.Fatalf("releasing what was never reserved must clamp at zero and report it; errs=%v used=%+v", errs, n.Cards[0].Used)
 	}
 }

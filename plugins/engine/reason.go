@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+
+	"github.com/tessera-gpu/tessera/api"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ const (
 	ReasonNotIdle    Reason = "not idle for an exclusive request"
 	ReasonCores      Reason = "insufficient cores"
 	ReasonMemory     Reason = "insufficient memory"
+	ReasonQoS        Reason = "in another QoS pool"
 )
 
 // Resolvable reports whether the reason depends on other tenants' usage, so that
@@ -28,7 +31,7 @@ const (
 // of the request.
 func (r Reason) Resolvable() bool {
 	switch r {
-	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory:
+	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory, ReasonQoS:
 		return true
 	}
 	return false
@@ -58,6 +61,9 @@ type FitError struct {
 	Fitting   int
 	Cards     int
 	Rejects   []CardReject
+	// NUMA is set when enough cards fit but no NUMA node has Wanted of them while
+	// the pod asks for api.AnnotationNUMABind; it counts the fitting cards per node.
+	NUMA string
 }
 
 // Error is the short, per-node summary that Volcano aggregates across nodes, e.g.
@@ -65,6 +71,10 @@ type FitError struct {
 func (e *FitError) Error() string {
 	if e.Cards == 0 {
 		return fmt.Sprintf("vgpu: container %q needs %d cards, node has no vGPU cards", e.Container, e.Wanted)
+	}
+	if e.NUMA != "" {
+		return fmt.Sprintf("vgpu: container %q needs %d cards on one NUMA node (%s=true), %d of %d fit but not on one node (%s)",
+			e.Container, e.Wanted, api.AnnotationNUMABind, e.Fitting, e.Cards, e.NUMA)
 	}
 	return fmt.Sprintf("vgpu: container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
 }

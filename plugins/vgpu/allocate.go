@@ -40,7 +40,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 			"task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
 		return
 	}
-	if err := n.Reserve(fit.Containers); err != nil {
+	if err := n.Reserve(fit.Containers, tr.req.Options.QoS); err != nil {
 		klog.ErrorS(err, "Reserving vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
 		return
 	}
@@ -48,7 +48,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: n.Name, QoS: tr.req.Options.QoS, Containers: fit.Containers}
 	encoded, err := api.EncodeAssignment(a)
 	if err != nil {
-		n.Release(fit.Containers)
+		n.Release(fit.Containers, tr.req.Options.QoS)
 		klog.ErrorS(err, "Encoding vGPU assignment", "task", klog.KRef(task.Namespace, task.Name))
 		return
 	}
@@ -71,7 +71,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		pod.Annotations[api.VolcanoBindTime] = strconv.FormatInt(now.Unix(), 10)
 	}
 	task.Pod = pod
-	l.booked[task.UID] = &booking{node: n.Name, containers: fit.Containers, original: original}
+	l.booked[task.UID] = &booking{node: n.Name, containers: fit.Containers, qos: tr.req.Options.QoS, original: original}
 	p.store.put(types.UID(task.UID), a, now)
 	klog.V(4).InfoS("vGPU cards assigned", "task", klog.KRef(task.Namespace, task.Name), "node", n.Name, "assignment", encoded)
 }
@@ -92,7 +92,7 @@ func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 	}
 	l.version[b.node]++
 	if n, ok := l.nodes[b.node]; ok {
-		for _, err := range n.Release(b.containers) {
+		for _, err := range n.Release(b.containers, b.qos) {
 			klog.ErrorS(err, "Releasing vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
 		}
 	}

@@ -17,6 +17,7 @@ const (
 	argNodePolicy       = "vgpu.NodePolicy"
 	argCardPolicy       = "vgpu.CardPolicy"
 	argWeight           = "vgpu.Weight"
+	argTopologyWeight   = "vgpu.TopologyWeight"
 	argOversubscription = "vgpu.MemoryOversubscription"
 	argHeartbeatTimeout = "vgpu.HeartbeatTimeout"
 	argVolcanoCompat    = "vgpu.VolcanoCompat"
@@ -29,12 +30,17 @@ const (
 
 // Args are the plugin's typed arguments.
 type Args struct {
-	// NodePolicy scores nodes: binpack (default) or spread.
+	// NodePolicy scores nodes: binpack (default), spread or topology.
 	NodePolicy api.Policy
-	// CardPolicy chooses cards within a node: binpack (default) or spread.
+	// CardPolicy chooses cards within a node: binpack (default), spread or topology.
 	CardPolicy api.Policy
-	// Weight multiplies the 0..100 node score; 0 turns node ordering off.
+	// Weight multiplies the node score; 0 turns node ordering off.
 	Weight float64
+	// TopologyWeight scales the 0..100 link quality of a pod's multi-card
+	// containers, added to the node score on nodes that publish a link matrix
+	// (default 1: a node whose cards are NVSwitch-linked outranks a PCIe node of
+	// equal load). 0 makes node scores link-blind; cards are still link-aware.
+	TopologyWeight float64
 	// MemoryOversubscription scales schedulable card memory, 1.0..4.0 (default 1.0).
 	MemoryOversubscription float64
 	// HeartbeatTimeout after which a node agent counts as gone; 0 disables the check.
@@ -54,6 +60,7 @@ func DefaultArgs() Args {
 		NodePolicy:             api.PolicyBinpack,
 		CardPolicy:             api.PolicyBinpack,
 		Weight:                 5,
+		TopologyWeight:         1,
 		MemoryOversubscription: 1,
 		HeartbeatTimeout:       90 * time.Second,
 		PendingTTL:             10 * time.Minute,
@@ -74,14 +81,14 @@ func ParseArgs(in framework.Arguments) (Args, error) {
 		if p, err := api.ParsePolicy(fmt.Sprint(v)); err == nil {
 			a.NodePolicy = p
 		} else {
-			bad(argNodePolicy, v, "binpack or spread")
+			bad(argNodePolicy, v, "binpack, spread or topology")
 		}
 	}
 	if v, ok := in[argCardPolicy]; ok {
 		if p, err := api.ParsePolicy(fmt.Sprint(v)); err == nil {
 			a.CardPolicy = p
 		} else {
-			bad(argCardPolicy, v, "binpack or spread")
+			bad(argCardPolicy, v, "binpack, spread or topology")
 		}
 	}
 	if v, ok := in[argWeight]; ok {
@@ -89,6 +96,13 @@ func ParseArgs(in framework.Arguments) (Args, error) {
 			a.Weight = f
 		} else {
 			bad(argWeight, v, "a number in 0..1000")
+		}
+	}
+	if v, ok := in[argTopologyWeight]; ok {
+		if f, ok := toFloat(v); ok && f >= 0 && f <= 10 {
+			a.TopologyWeight = f
+		} else {
+			bad(argTopologyWeight, v, "a number in 0..10")
 		}
 	}
 	if v, ok := in[argOversubscription]; ok {

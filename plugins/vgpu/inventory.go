@@ -78,25 +78,31 @@ func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 	return nil, nil
 }
 
-// podAssignment reads the cards a placed pod holds: Tessera's annotation, then
-// Volcano's. ok is false when the pod carries neither.
-func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, ok bool, err error) {
+// podAssignment reads the cards a placed pod holds and its QoS class: Tessera's
+// annotation, then Volcano's, whose pods take the class of their tessera.io/qos
+// annotation (the default when absent or unreadable: the pod is placed already).
+// ok is false when the pod carries neither.
+func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
 	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
 		a, err := assignments.get(s, api.DecodeAssignment)
 		if err != nil {
-			return nil, true, err
+			return nil, "", true, err
 		}
-		return a.Containers, true, nil
+		return a.Containers, a.QoS, true, nil
+	}
+	qos, err = api.ParseQoSClass(pod.Annotations[api.AnnotationQoS])
+	if err != nil {
+		qos, err = api.DefaultQoS, nil
 	}
 	if s, found := pod.Annotations[api.VolcanoAssignedIDs]; found {
 		per, err := volcanoCards.get(s, api.DecodeVolcanoPodDevices)
 		if err != nil {
-			return nil, true, err
+			return nil, "", true, err
 		}
 		for i, cards := range per {
 			cs = append(cs, api.ContainerAssignment{Name: fmt.Sprintf("#%d", i), Cards: cards})
 		}
-		return cs, true, nil
+		return cs, qos, true, nil
 	}
-	return nil, false, nil
+	return nil, "", false, nil
 }

@@ -40,6 +40,7 @@ type scoreSlot struct {
 type booking struct {
 	node       string
 	containers []api.ContainerAssignment
+	qos        api.QoSClass
 	// original is the task's pod before the annotations were added, restored when
 	// the allocation is rolled back.
 	original *corev1.Pod

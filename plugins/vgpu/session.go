@@ -43,7 +43,7 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 		return
 	}
-	cs, ok, err := podAssignment(task.Pod)
+	cs, qos, ok, err := podAssignment(task.Pod)
 	if err != nil {
 		klog.ErrorS(err, "Pod on node carries a malformed vGPU assignment; its cards cannot be accounted",
 			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name)
@@ -56,9 +56,9 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 				"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name, "status", task.Status)
 			return
 		}
-		cs = a.Containers
+		cs, qos = a.Containers, a.QoS
 	}
-	for _, err := range n.Account(cs) {
+	for _, err := range n.Account(cs, qos) {
 		klog.ErrorS(err, "Accounting an existing vGPU assignment", "pod", klog.KRef(task.Namespace, task.Name))
 	}
 }

@@ -95,7 +95,8 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 	if err != nil {
 		return &taskRequest{err: err}
 	}
-	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: p.args.CardPolicy, NodePolicy: p.args.NodePolicy}
+	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: p.args.CardPolicy, NodePolicy: p.args.NodePolicy,
+		TopologyWeight: p.args.TopologyWeight}
 	if opts.CardPolicy != "" {
 		r.CardPolicy = opts.CardPolicy
 	}
