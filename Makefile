@@ -7,7 +7,7 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: all build build-go vgpu-core test test-go test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean
+.PHONY: all build build-go vgpu-core test test-go test-race test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean
 
 all: build
 
@@ -19,11 +19,17 @@ build-go:
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
-## test: everything CI runs: lint, Go unit/integration tests, short fuzzing, vgpu-core's suite.
-test: lint test-go fuzz test-vgpu-core
+## test: everything CI runs: lint, Go unit/integration tests, the race detector on the
+## concurrent node agent, short fuzzing, vgpu-core's C suite.
+test: lint test-go test-race fuzz test-vgpu-core
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
+
+# The node agent serves the kubelet and the API server concurrently; its tests run
+# under the race detector (Volcano-based packages would double the build for little).
+test-race:
+	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/...
 
 test-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi
