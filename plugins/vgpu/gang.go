@@ -3,6 +3,7 @@ package vgpu
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -184,11 +185,32 @@ func invalid(job *vapi.JobInfo, reason, msg string) *vapi.ValidateResult {
 	return &vapi.ValidateResult{Pass: false, Reason: reason, Message: msg}
 }
 
+// noCardsReason explains a cluster without usable vGPU nodes, naming a few of the
+// nodes whose inventory was refused so that the operator sees the agent problem.
+func (l *ledger) noCardsReason() string {
+	if len(l.unusable) == 0 {
+		return "no node has vGPU cards"
+	}
+	names := make([]string, 0, len(l.unusable))
+	for n := range l.unusable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names[:min(3, len(names))] {
+		parts = append(parts, "node "+n+": "+l.unusable[n])
+	}
+	if len(names) > 3 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(names)-3))
+	}
+	return "no node has usable vGPU cards (" + strings.Join(parts, "; ") + ")"
+}
+
 // neverFits returns why a request fits no node even with every card idle, or "".
 func (l *ledger) neverFits(r *engine.Request) string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	why := "no node has vGPU cards"
+	why := l.noCardsReason()
 	for _, n := range l.nodes {
 		idle := n.Clone()
 		for i := range idle.Cards {
