@@ -58,6 +58,23 @@ bench-go:
 bench-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core bench; fi
 
+# End to end: a real etcd + kube-apiserver, Volcano's controllers, Tessera's vc-scheduler and
+# simulated GPU nodes (our device plugin on fake NVML + a kubelet stand-in), all on 127.0.0.1.
+# Binaries are built once into e2e/.cache/bin (first run ~10 min on 2 cores). See docs/e2e.md.
+E2E_TIMEOUT ?= 45m
+ENSURE_ETCD = command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || \
+	{ echo "installing Debian's etcd-server"; apt-get install -y -q etcd-server >/dev/null || sudo apt-get install -y -q etcd-server >/dev/null; }
+
+## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
+e2e:
+	@$(ENSURE_ETCD)
+	cd e2e && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
+
+## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
+demo:
+	@$(ENSURE_ETCD)
+	cd e2e && $(GO) build -o .cache/bin/demo ./cmd/demo && .cache/bin/demo $(if $(KEEP),--keep) $(DEMO_FLAGS)
+
 clean:
 	rm -rf $(BIN)
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core clean; fi

@@ -1,0 +1,96 @@
+// Command demo is `make demo`: it builds (or reuses) the binaries, brings up a local
+// cluster (etcd, kube-apiserver, Volcano's controllers, Tessera's vc-scheduler and two
+// simulated GPU nodes), submits the sample workload from config/samples/, and prints what
+// landed where. With --keep the cluster stays up until Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+)
+
+func main() {
+	root, _ := filepath.Abs("..")
+	keep := flag.Bool("keep", false, "leave the cluster running (until Ctrl-C) and print kubectl instructions")
+	samples := flag.String("samples", filepath.Join(root, "config", "samples"), "directory of YAML files to submit, in name order")
+	out := flag.String("out", "", "file for the placement table (default <run dir>/placement.txt)")
+	cache := flag.String("cache", filepath.Join(root, "e2e", ".cache", "bin"), "binary cache directory")
+	settle := flag.Duration("settle", 3*time.Minute, "longest wait for the workload to settle")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, root, *samples, *out, *cache, *keep, *settle); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, root, samples, out, cache string, keep bool, settle time.Duration) error {
+	start := time.Now()
+	fmt.Println("== Building (first run: ~10 min on 2 cores; later runs reuse", cache+")")
+	bin, err := cluster.Build(ctx, root, filepath.Join(root, "e2e"), cache, os.Stdout)
+	if err != nil {
+		return err
+	}
+	runDir, err := os.MkdirTemp("", "tessera-demo-")
+	if err != nil {
+		return err
+	}
+	fmt.Println("== Starting the cluster (run directory", runDir+")")
+	c, err := cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Progress: os.Stdout,
+		SchedulerConf: filepath.Join(root, "config", "volcano-scheduler.conf"),
+		Nodes:         []cluster.Node{{Name: "gpu-node-1", Machine: "dgxa100"}, {Name: "gpu-node-2", Machine: "a30x4"}}})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("== Tearing down")
+		c.Stop()
+	}()
+	fmt.Println("== Submitting", samples)
+	names, err := apply(ctx, c, samples)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		fmt.Println("  ", n)
+	}
+	fmt.Println("== Waiting for the workload to settle")
+	if err := waitSettled(ctx, c, "tessera-demo", settle); err != nil {
+		fmt.Println("  ", err)
+	}
+	table, err := placement(ctx, c, "tessera-demo")
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		out = filepath.Join(runDir, "placement.txt")
+	}
+	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n", table, "\n")
+	fmt.Printf("Table written to %s; logs in %s (%s in all)\n", out, c.LogDir(), time.Since(start).Round(time.Second))
+	if !keep {
+		return nil
+	}
+	fmt.Printf(`
+The cluster stays up until Ctrl-C. In another shell:
+  export KUBECONFIG=%s
+  kubectl get nodes
+  kubectl -n tessera-demo get vcjob,podgroup,pods -o wide
+  kubectl -n tessera-demo get pod train-llm-worker-0 -o jsonpath='{.metadata.annotations.tessera\.io/assignment}'
+  kubectl get node gpu-node-1 -o jsonpath='{.metadata.annotations.tessera\.io/inventory}'
+What each container received: %s/nodes/<node>/records/*.json
+`, c.Kubeconfig, runDir)
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,117 @@
+// Command fake-gpu-agent is Tessera's node agent (deviceplugin/agent, unchanged) on a
+// go-nvml fake machine instead of the NVIDIA driver. It exists only for the end-to-end
+// harness, so the product binary cmd/vgpu-device-plugin carries no fakes.
+//
+// Usage: fake-gpu-agent --machine=SHAPE [vgpu-device-plugin flags...]
+//
+// Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
+// nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
+// that they are unique across nodes and stable across restarts of the agent.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/agent"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+)
+
+func main() {
+	shape, args := splitMachineFlag(os.Args[1:])
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	cfg, err := config.Load(args, os.LookupEnv, klogFlags)
+	if err != nil {
+		klog.ErrorS(err, "Bad configuration")
+		os.Exit(2)
+	}
+	machine, err := NewMachine(shape, cfg.NodeName)
+	if err != nil {
+		klog.ErrorS(err, "Bad machine")
+		os.Exit(2)
+	}
+	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		klog.ErrorS(err, "Cannot build the Kubernetes client configuration")
+		os.Exit(1)
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		klog.ErrorS(err, "Cannot create the Kubernetes client")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	klog.InfoS("Fake GPU machine", "shape", shape, "node", cfg.NodeName)
+	if err := agent.Run(ctx, cfg, agent.Deps{NVML: machine, Client: client, SysfsRoot: os.TempDir()}); err != nil {
+		klog.ErrorS(err, "Node agent stopped")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// splitMachineFlag removes --machine=SHAPE (or --machine SHAPE) from the arguments.
+func splitMachineFlag(args []string) (string, []string) {
+	shape, rest := "dgxa100", make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case strings.HasPrefix(a, "--machine="):
+			shape = strings.TrimPrefix(a, "--machine=")
+		case a == "--machine" && i+1 < len(args):
+			shape = args[i+1]
+			i++
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return shape, rest
+}
+
+// NewMachine builds the named fake machine with UUIDs GPU-<node>-<index>.
+func NewMachine(shape, node string) (nvml.Interface, error) {
+	uuid := func(i int) string { return fmt.Sprintf("GPU-%s-%d", node, i) }
+	switch {
+	case shape == "dgxa100":
+		s := nvmlfake.DGXA100()
+		for i, d := range s.Devices {
+			d.(*dgxa100.Device).UUID = uuid(i)
+		}
+		return s, nil
+	case shape == "a30x4":
+		return renamed(nvmlfake.FourCardsTwoNUMA(), uuid), nil
+	case strings.HasPrefix(shape, "l40sx"):
+		n, err := strconv.Atoi(strings.TrimPrefix(shape, "l40sx"))
+		if err != nil || n < 1 || n > 64 {
+			return nil, fmt.Errorf("machine %q: want l40sx1..l40sx64", shape)
+		}
+		return renamed(nvmlfake.Cards(n), uuid), nil
+	}
+	return nil, fmt.Errorf("unknown machine %q (dgxa100, a30x4, l40sxN)", shape)
+}
+
+func renamed(m *nvmlfake.Machine, uuid func(int) string) *nvmlfake.Machine {
+	for i, d := range m.Devices {
+		orig, id := d.GetUUIDFunc, uuid(i)
+		d.GetUUIDFunc = func() (string, nvml.Return) {
+			if _, ret := orig(); ret != nvml.SUCCESS {
+				return "", ret
+			}
+			return id, nvml.SUCCESS
+		}
+	}
+	return m
+}

@@ -1,0 +1,129 @@
+// Package cluster brings up a local Kubernetes control plane with Volcano, Tessera's
+// scheduler and simulated GPU nodes, all on 127.0.0.1, for the end-to-end scenarios and
+// `make demo`. Every program runs as a child process logging into one run directory;
+// Stop (or the harness process dying) ends them all.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Binaries are the programs a cluster runs.
+type Binaries struct {
+	Etcd, APIServer, VolcanoControllers, Scheduler, Agent, Kubelet string
+	// CRDs are Volcano's CRD files, from the volcano.sh/volcano module.
+	CRDs []string
+}
+
+// kubeLDFlags make the API server report its version; clients cannot parse it otherwise.
+const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.30.2 " +
+	"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=30"
+
+// Build builds what is missing into cacheDir and returns the paths. The control plane
+// (kube-apiserver, vc-controller-manager) is built once and reused while present;
+// Tessera's programs are rebuilt every time (incrementally) so the run tests this tree.
+// root is the repository root (the product module), e2eDir the tools module.
+func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return nil, err
+	}
+	etcd, err := findEtcd()
+	if err != nil {
+		return nil, err
+	}
+	b := &Binaries{Etcd: etcd}
+	steps := []struct {
+		name, dir, pkg, ldflags, cold string
+		always                        bool
+		out                           *string
+	}{
+		{"kube-apiserver", e2eDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", false, &b.APIServer},
+		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", false, &b.VolcanoControllers},
+		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", true, &b.Scheduler},
+		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", true, &b.Agent},
+		{"kubelet-standin", e2eDir, "./cmd/kubelet-standin", "", "~1 min", true, &b.Kubelet},
+	}
+	for _, s := range steps {
+		*s.out = filepath.Join(cacheDir, s.name)
+		if _, err := os.Stat(*s.out); err == nil && !s.always {
+			fmt.Fprintf(progress, "  %-22s cached\n", s.name)
+			continue
+		}
+		args := []string{"build", "-o", *s.out}
+		if s.ldflags != "" {
+			args = append(args, "-ldflags", s.ldflags)
+		}
+		args = append(args, s.pkg)
+		if err := runWithProgress(ctx, progress, s.name, s.cold, s.dir, "go", args...); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
+	if err != nil {
+		return nil, err
+	}
+	for _, group := range []string{"volcano", "jobflow"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", group, "bases", "*.yaml"))
+		b.CRDs = append(b.CRDs, files...)
+	}
+	if len(b.CRDs) == 0 {
+		return nil, fmt.Errorf("no CRDs under %s/config/crd", dir)
+	}
+	return b, nil
+}
+
+func findEtcd() (string, error) {
+	if p, err := exec.LookPath("etcd"); err == nil {
+		return p, nil
+	}
+	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
+		return "/usr/bin/etcd", nil
+	}
+	return "", fmt.Errorf("etcd not found: install Debian's etcd-server (apt-get install -y etcd-server); `make e2e` does it when it can")
+}
+
+func moduleDir(ctx context.Context, dir, module string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", module, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// runWithProgress runs a build and prints its elapsed time every 20 seconds.
+func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir, prog string, args ...string) error {
+	start := time.Now()
+	fmt.Fprintf(w, "  %-22s building (cold build %s)\n", name, cold)
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Dir = dir
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(20 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("build %s: %w\n%s", name, err, out.String())
+			}
+			fmt.Fprintf(w, "  %-22s built in %s\n", name, time.Since(start).Round(time.Second))
+			return nil
+		case <-tick.C:
+			fmt.Fprintf(w, "  %-22s still building (%s)\n", name, time.Since(start).Round(time.Second))
+		}
+	}
+}

@@ -1,0 +1,431 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+	vcclient "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// Node is one simulated GPU node.
+type Node struct {
+	Name string
+	// Machine is the fake-gpu-agent shape: dgxa100, a30x4, l40sxN.
+	Machine string
+	Labels  map[string]string
+}
+
+// Options configure a cluster.
+type Options struct {
+	Bin    *Binaries
+	RunDir string
+	Nodes  []Node
+	// SchedulerConf is the volcano-scheduler.conf to run with.
+	SchedulerConf string
+	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
+	AgentArgs []string
+	Progress  io.Writer
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Opts       Options
+	Kubeconfig string
+	Rest       *rest.Config
+	Client     kubernetes.Interface
+	Volcano    vcclient.Interface
+
+	mu     sync.Mutex
+	procs  []*proc
+	agents map[string]*proc
+	sched  *proc
+	logDir string
+}
+
+// Start brings the cluster up. On error everything already started is stopped.
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
+	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}}
+	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	step := func(name string, f func() error) error {
+		start := time.Now()
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w (logs in %s)", name, err, c.logDir)
+		}
+		fmt.Fprintf(o.Progress, "  %-22s up in %s\n", name, time.Since(start).Round(100*time.Millisecond))
+		return nil
+	}
+	var etcdURL string
+	if err := step("etcd", func() (err error) { etcdURL, err = c.startEtcd(ctx); return err }); err != nil {
+		return nil, err
+	}
+	if err := step("kube-apiserver", func() error { return c.startAPIServer(ctx, etcdURL) }); err != nil {
+		return nil, err
+	}
+	if err := step("volcano CRDs", func() error { return c.installCRDs(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("vc-controller-manager", func() error { return c.startControllers(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("vc-scheduler (Tessera)", func() error { return c.StartScheduler(ctx) }); err != nil {
+		return nil, err
+	}
+	for _, n := range o.Nodes {
+		n := n
+		if err := step("node "+n.Name+" ("+n.Machine+")", func() error { return c.startNode(ctx, n) }); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Stop ends every process, newest first.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	c.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(5 * time.Second)
+	}
+}
+
+// LogDir is where every component logs.
+func (c *Cluster) LogDir() string { return c.logDir }
+
+func (c *Cluster) add(p *proc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs = append(c.procs, p)
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) (string, error) {
+	client, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", client)
+	purl := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	p, err := startProc(c.logDir, "etcd", c.Opts.Bin.Etcd, "--data-dir", filepath.Join(c.Opts.RunDir, "etcd"),
+		"--name", "e2e", "--listen-client-urls", url, "--advertise-client-urls", url,
+		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl, "--initial-cluster", "e2e="+purl,
+		"--unsafe-no-fsync")
+	if err != nil {
+		return "", err
+	}
+	c.add(p)
+	return url, waitFor(ctx, "etcd health", 30*time.Second, p, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get(url + "/health")
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, etcdURL string) error {
+	dir := filepath.Join(c.Opts.RunDir, "apiserver")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := writeServiceAccountKeys(dir); err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	token := hex.EncodeToString(tok)
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	p, err := startProc(c.logDir, "kube-apiserver", c.Opts.Bin.APIServer,
+		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(dir, "certs"), "--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false")
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	c.Kubeconfig = filepath.Join(c.Opts.RunDir, "kubeconfig")
+	server := fmt.Sprintf("https://127.0.0.1:%d", port)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["tessera-e2e"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["tessera-e2e"] = &clientcmdapi.Context{Cluster: "tessera-e2e", AuthInfo: "admin"}
+	kc.CurrentContext = "tessera-e2e"
+	if err := clientcmd.WriteToFile(*kc, c.Kubeconfig); err != nil {
+		return err
+	}
+	c.Rest = &rest.Config{Host: server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 200, Burst: 400,
+		WarningHandler: rest.NoWarnings{}}
+	if c.Client, err = kubernetes.NewForConfig(c.Rest); err != nil {
+		return err
+	}
+	if c.Volcano, err = vcclient.NewForConfig(c.Rest); err != nil {
+		return err
+	}
+	return waitFor(ctx, "kube-apiserver /readyz", 90*time.Second, p, func(ctx context.Context) (bool, error) {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", err
+	})
+}
+
+func writeServiceAccountKeys(dir string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
+}
+
+// installCRDs creates Volcano's CRDs from its module and waits until they are served.
+func (c *Cluster) installCRDs(ctx context.Context) error {
+	files := c.Opts.Bin.CRDs
+	ext, err := apiextclient.NewForConfig(c.Rest)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s: %w", crd.Name, err)
+		}
+		names = append(names, crd.Name)
+	}
+	for _, n := range names {
+		n := n
+		if err := waitFor(ctx, "CRD "+n, 30*time.Second, nil, func(ctx context.Context) (bool, error) {
+			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startControllers(ctx context.Context) error {
+	hp, err := freePort()
+	if err != nil {
+		return err
+	}
+	p, err := startProc(c.logDir, "vc-controller-manager", c.Opts.Bin.VolcanoControllers,
+		"--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--enable-healthz", fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	return waitFor(ctx, "vc-controller-manager healthz", 60*time.Second, p, healthz(hp))
+}
+
+func healthz(port int) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
+}
+
+// StartScheduler starts Tessera's vc-scheduler and waits until it has created the
+// default queue and answers its health check.
+func (c *Cluster) StartScheduler(ctx context.Context) error {
+	lp, err := freePort()
+	if err != nil {
+		return err
+	}
+	hp, err := freePort()
+	if err != nil {
+		return err
+	}
+	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.Kubeconfig,
+		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz",
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	c.mu.Lock()
+	c.sched = p
+	c.mu.Unlock()
+	if err := waitFor(ctx, "vc-scheduler healthz", 60*time.Second, p, healthz(hp)); err != nil {
+		return err
+	}
+	return waitFor(ctx, "default queue", 60*time.Second, p, func(ctx context.Context) (bool, error) {
+		_, err := c.Volcano.SchedulingV1beta1().Queues().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+}
+
+// KillScheduler ends the scheduler at once, as a crash does.
+func (c *Cluster) KillScheduler() {
+	c.mu.Lock()
+	p := c.sched
+	c.mu.Unlock()
+	p.kill()
+}
+
+// NodeDir is the node's directory: device-plugins/, pod-resources/, state/, records/.
+func (c *Cluster) NodeDir(node string) string { return filepath.Join(c.Opts.RunDir, "nodes", node) }
+
+// RecordDir holds one kubelet record (JSON) per started container of the node.
+func (c *Cluster) RecordDir(node string) string { return filepath.Join(c.NodeDir(node), "records") }
+
+func (c *Cluster) startNode(ctx context.Context, n Node) error {
+	dir := c.NodeDir(n.Name)
+	for _, d := range []string{"device-plugins", "pod-resources", "state", "records"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	var labels []string
+	for k, v := range n.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	p, err := startProc(c.logDir, "kubelet-"+n.Name, c.Opts.Bin.Kubelet, "--kubeconfig="+c.Kubeconfig,
+		"--node-name="+n.Name, "--device-plugin-dir="+filepath.Join(dir, "device-plugins"),
+		"--pod-resources-socket="+filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		"--record-dir="+filepath.Join(dir, "records"), "--labels="+strings.Join(labels, ","))
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	if err := waitFor(ctx, "kubelet.sock of "+n.Name, 30*time.Second, p, func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, "device-plugins", "kubelet.sock"))
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	if err := c.StartAgent(ctx, n.Name); err != nil {
+		return err
+	}
+	return c.WaitNodeReady(ctx, n.Name, 60*time.Second)
+}
+
+func (c *Cluster) node(name string) (Node, bool) {
+	for _, n := range c.Opts.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// StartAgent starts (or restarts) the node's device plugin.
+func (c *Cluster) StartAgent(ctx context.Context, name string) error {
+	n, ok := c.node(name)
+	if !ok {
+		return fmt.Errorf("no node %q", name)
+	}
+	dir := c.NodeDir(name)
+	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
+		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
+		"--pod-resources-socket=" + filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
+		"--hook-library=" + filepath.Join(c.Opts.RunDir, "libvgpu.so")}, c.Opts.AgentArgs...)
+	p, err := startProc(c.logDir, "agent-"+name, c.Opts.Bin.Agent, args...)
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	c.mu.Lock()
+	c.agents[name] = p
+	c.mu.Unlock()
+	return nil
+}
+
+// KillAgent ends the node's device plugin at once, as a crash does.
+func (c *Cluster) KillAgent(name string) {
+	c.mu.Lock()
+	p := c.agents[name]
+	c.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// WaitNodeReady waits until the Node is Ready, untainted, advertises slots and carries
+// the agent's inventory.
+func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	return waitFor(ctx, "node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		q := n.Status.Allocatable[corev1.ResourceName(api.ResourceNumber)]
+		if q.Value() == 0 || n.Annotations[api.AnnotationInventory] == "" || len(n.Spec.Taints) > 0 {
+			return false, fmt.Errorf("slots %d, inventory %t, taints %v", q.Value(), n.Annotations[api.AnnotationInventory] != "", n.Spec.Taints)
+		}
+		return true, nil
+	})
+}

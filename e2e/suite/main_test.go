@@ -1,0 +1,179 @@
+// Package suite holds the end-to-end scenarios. TestMain builds (or reuses) the binaries,
+// brings up one local cluster with four simulated GPU nodes, and runs every scenario
+// against it in turn; each scenario uses its own namespace and deletes its jobs after.
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/e2e/internal/workload"
+)
+
+var cl *cluster.Cluster
+
+// nodes: 2x DGX A100 (8x A100 40 GB), 4x A30 24 GB on two NUMA nodes, 4x L40S 45 GB.
+var nodes = []cluster.Node{
+	{Name: "gpu-a", Machine: "dgxa100"},
+	{Name: "gpu-b", Machine: "dgxa100"},
+	{Name: "gpu-c", Machine: "a30x4"},
+	{Name: "gpu-d", Machine: "l40sx4"},
+}
+
+// heartbeatTimeout replaces the shipped 90s so that the stale-agent scenario is short.
+const heartbeatTimeout = "15s"
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	e2eDir, _ := filepath.Abs("..")
+	root := filepath.Dir(e2eDir)
+	cache := os.Getenv("TESSERA_E2E_CACHE")
+	if cache == "" {
+		cache = filepath.Join(e2eDir, ".cache", "bin")
+	}
+	fmt.Println("== building")
+	bin, err := cluster.Build(ctx, root, e2eDir, cache, os.Stdout)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	runDir, err := os.MkdirTemp("", "tessera-e2e-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	conf, err := os.ReadFile(filepath.Join(root, "config", "volcano-scheduler.conf"))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	confPath := filepath.Join(runDir, "volcano-scheduler.conf")
+	edited := strings.Replace(string(conf), "vgpu.HeartbeatTimeout: 90s", "vgpu.HeartbeatTimeout: "+heartbeatTimeout, 1)
+	if err := os.WriteFile(confPath, []byte(edited), 0o644); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println("== starting cluster in", runDir)
+	cl, err = cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Nodes: nodes, SchedulerConf: confPath,
+		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s"}, Progress: os.Stdout})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer cl.Stop()
+	fmt.Println("== scenarios (logs in", cl.LogDir()+")")
+	return m.Run()
+}
+
+// ns creates a fresh namespace for a scenario.
+func ns(t *testing.T, name string) string {
+	t.Helper()
+	_, err := cl.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// queue creates an open queue with the weight.
+func queue(t *testing.T, name string, weight int32) {
+	t.Helper()
+	q := &schedulingv1beta1.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: schedulingv1beta1.QueueSpec{Weight: weight, Reclaimable: ptr(true)}}
+	if _, err := cl.Volcano.SchedulingV1beta1().Queues().Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		q, err := cl.Volcano.SchedulingV1beta1().Queues().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && q.Status.State == schedulingv1beta1.QueueStateOpen, nil
+	})
+	if err != nil {
+		t.Fatalf("queue %s not open: %v", name, err)
+	}
+}
+
+func submit(t *testing.T, jobs ...*batchv1alpha1.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		if _, err := cl.Volcano.BatchV1alpha1().Jobs(j.Namespace).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("submit %s: %v", j.Name, err)
+		}
+	}
+}
+
+// cleanup deletes the namespace's jobs, pods and PodGroups and waits until the pods are
+// gone, so the next scenario starts with free cards. The pods are deleted here because
+// this control plane runs no garbage collector (kube-controller-manager) to follow the
+// jobs' owner references.
+func cleanup(t *testing.T, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	_ = cl.Volcano.BatchV1alpha1().Jobs(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		jobs, err := cl.Volcano.BatchV1alpha1().Jobs(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil || len(jobs.Items) > 0 {
+			return false, nil
+		}
+		pods, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if len(pods.Items) > 0 {
+			_ = cl.Client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			return false, nil
+		}
+		_ = cl.Volcano.SchedulingV1beta1().PodGroups(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("namespace %s: pods not gone: %v", namespace, err)
+	}
+}
+
+// noOvercommit fails the test for any card holding more than it has.
+func noOvercommit(t *testing.T) map[string]*workload.CardUse {
+	t.Helper()
+	l, _, err := workload.Ledger(context.Background(), cl.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range workload.Overcommitted(l) {
+		t.Errorf("over-committed: %s", b)
+	}
+	return l
+}
+
+// checkHandoff compares every running pod's recorded environment with its assignment.
+func checkHandoff(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	var dirs []string
+	for _, n := range nodes {
+		dirs = append(dirs, cl.RecordDir(n.Name))
+	}
+	recs, err := workload.Records(dirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		for _, b := range workload.CheckHandoff(p, recs) {
+			t.Error(b)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
