@@ -26,12 +26,13 @@ func TestFiltersAndPolicies(t *testing.T) {
 		// check gets the cards (node/UUID) of each pod.
 		check func(t *testing.T, cards [][]string)
 	}{
+		// The policies first, while every card is idle.
+		{"spread", 4, map[string]string{api.AnnotationGPUTypeInclude: "L40S", api.AnnotationCardPolicy: "spread"}, small, distinctCards(4)},
+		{"binpack", 4, map[string]string{api.AnnotationGPUTypeInclude: "A30", api.AnnotationCardPolicy: "binpack"}, small, distinctCards(1)},
 		{"type-include-a30", 2, map[string]string{api.AnnotationGPUTypeInclude: "a30"}, small, onCards("GPU-gpu-c-0", "GPU-gpu-c-1", "GPU-gpu-c-2", "GPU-gpu-c-3")},
 		{"type-exclude", 2, map[string]string{api.AnnotationGPUTypeExclude: "A100,A30"}, small, onCards("GPU-gpu-d-0", "GPU-gpu-d-1", "GPU-gpu-d-2", "GPU-gpu-d-3")},
 		{"uuid-include", 1, map[string]string{api.AnnotationGPUUUIDInclude: "GPU-gpu-b-5"}, small, onCards("GPU-gpu-b-5")},
 		{"uuid-exclude", 2, map[string]string{api.AnnotationGPUTypeInclude: "L40S", api.AnnotationGPUUUIDExclude: "GPU-gpu-d-0,GPU-gpu-d-1,GPU-gpu-d-2"}, small, onCards("GPU-gpu-d-3")},
-		{"spread", 4, map[string]string{api.AnnotationGPUTypeInclude: "L40S", api.AnnotationCardPolicy: "spread"}, small, distinctCards(4)},
-		{"binpack", 4, map[string]string{api.AnnotationGPUTypeInclude: "A30", api.AnnotationCardPolicy: "binpack"}, small, distinctCards(1)},
 		{"exclusive", 2, map[string]string{api.AnnotationGPUTypeInclude: "A100"}, workload.Container{Name: "main", Cards: 1, Cores: 100}, alone(n)},
 	}
 	for _, c := range cases {

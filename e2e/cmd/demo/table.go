@@ -15,8 +15,8 @@ import (
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
-// waitSettled waits until every pod of every job exists and is Running or Pending, and
-// nothing has changed for five seconds.
+// waitSettled waits until the pods and PodGroups have not changed for eight seconds
+// (several scheduling sessions).
 func waitSettled(ctx context.Context, c *cluster.Cluster, ns string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -27,7 +27,7 @@ func waitSettled(ctx context.Context, c *cluster.Cluster, ns string, timeout tim
 			last, stableSince = state, time.Now()
 			fmt.Println("  ", summary(state, want))
 		}
-		if err == nil && want > 0 && strings.Count(state, "\n") == want && time.Since(stableSince) >= 5*time.Second {
+		if err == nil && state != "" && time.Since(stableSince) >= 8*time.Second {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -41,7 +41,8 @@ func waitSettled(ctx context.Context, c *cluster.Cluster, ns string, timeout tim
 	}
 }
 
-// snapshot returns one line per pod (name, phase, node) and the number of pods the jobs ask for.
+// snapshot returns one line per pod (name, phase, node) and per PodGroup (name, phase),
+// and the number of pods the jobs ask for.
 func snapshot(ctx context.Context, c *cluster.Cluster, ns string) (string, int, error) {
 	jobs, err := c.Volcano.BatchV1alpha1().Jobs(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -57,12 +58,19 @@ func snapshot(ctx context.Context, c *cluster.Cluster, ns string) (string, int, 
 	if err != nil {
 		return "", 0, err
 	}
+	pgs, err := c.Volcano.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", 0, err
+	}
 	var lines []string
 	for _, p := range pods.Items {
-		lines = append(lines, fmt.Sprintf("%s %s %s", p.Name, p.Status.Phase, p.Spec.NodeName))
+		lines = append(lines, fmt.Sprintf("pod %s %s %s", p.Name, p.Status.Phase, p.Spec.NodeName))
+	}
+	for _, pg := range pgs.Items {
+		lines = append(lines, fmt.Sprintf("podgroup %s %s", pg.Name, pg.Status.Phase))
 	}
 	sort.Strings(lines)
-	if len(lines) == 0 {
+	if len(pods.Items) == 0 {
 		return "", want, nil
 	}
 	return strings.Join(lines, "\n") + "\n", want, nil
@@ -71,11 +79,11 @@ func snapshot(ctx context.Context, c *cluster.Cluster, ns string) (string, int, 
 func summary(state string, want int) string {
 	phases := map[string]int{}
 	for _, l := range strings.Split(strings.TrimSpace(state), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 {
-			phases[f[1]]++
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "pod" {
+			phases[f[2]]++
 		}
 	}
-	return fmt.Sprintf("%d/%d pods created, %d running, %d pending", phases["Running"]+phases["Pending"]+phases["Succeeded"]+phases["Failed"], want, phases["Running"], phases["Pending"])
+	return fmt.Sprintf("%d of %d pods created, %d running, %d pending", phases["Running"]+phases["Pending"]+phases["Succeeded"]+phases["Failed"], want, phases["Running"], phases["Pending"])
 }
 
 // placement renders the cards (with their holders and utilisation), CPU-only pods, and
@@ -143,13 +151,17 @@ func placement(ctx context.Context, c *cluster.Cluster, ns string) (string, erro
 		}
 		w.Flush()
 	}
-	fmt.Fprintf(&b, "\nPending (%d)\n", len(pending))
-	if len(pending) > 0 {
-		groups := podGroupReasons(ctx, c, ns)
+	groups := podGroupReasons(ctx, c, ns)
+	waiting := waitingGroups(ctx, c, ns)
+	fmt.Fprintf(&b, "\nPending: %d pods, %d jobs not admitted\n", len(pending), len(waiting))
+	if len(pending)+len(waiting) > 0 {
 		w = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "POD\tQUEUE\tREASON")
+		fmt.Fprintln(w, "WHAT\tQUEUE\tREASON")
+		for _, pg := range waiting {
+			fmt.Fprintf(w, "job %s (%d pods, PodGroup %s)\t%s\t%s\n", pg.name, pg.min, pg.phase, pg.queue, orWaiting(groups[pg.name]))
+		}
 		for _, p := range pending {
-			fmt.Fprintf(w, "%s\t%s\t%s\n", p.Name, queueOf(p), reason(p, groups))
+			fmt.Fprintf(w, "pod %s\t%s\t%s\n", p.Name, queueOf(p), reason(p, groups))
 		}
 		w.Flush()
 	}
@@ -208,4 +220,31 @@ func reason(p corev1.Pod, groups map[string]string) string {
 		return "podgroup: " + m
 	}
 	return "waiting for the scheduler"
+}
+
+type group struct {
+	name, queue, phase string
+	min                int32
+}
+
+// waitingGroups lists the PodGroups Volcano has not admitted (no pods are created for them).
+func waitingGroups(ctx context.Context, c *cluster.Cluster, ns string) []group {
+	var out []group
+	pgs, err := c.Volcano.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	for _, pg := range pgs.Items {
+		if pg.Status.Phase == "Pending" {
+			out = append(out, group{name: pg.Name, queue: pg.Spec.Queue, phase: string(pg.Status.Phase), min: pg.Spec.MinMember})
+		}
+	}
+	return out
+}
+
+func orWaiting(s string) string {
+	if s == "" {
+		return "waiting for the scheduler"
+	}
+	return s
 }

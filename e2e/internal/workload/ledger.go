@@ -75,7 +75,7 @@ func Ledger(ctx context.Context, c kubernetes.Interface) (map[string]*CardUse, [
 				u.MemoryMiB += card.MemoryMiB
 				u.Cores += card.Cores
 				u.Holders = append(u.Holders, Holder{Namespace: p.Namespace, Pod: p.Name, Container: ctr.Name,
-					Queue: p.Annotations["scheduling.volcano.sh/queue-name"], MemoryMiB: card.MemoryMiB, Cores: card.Cores, Phase: p.Status.Phase})
+					Queue: p.Annotations["volcano.sh/queue-name"], MemoryMiB: card.MemoryMiB, Cores: card.Cores, Phase: p.Status.Phase})
 			}
 		}
 	}
