@@ -7,7 +7,7 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: all build build-go vgpu-core test test-go test-race test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean
+.PHONY: all build build-go vgpu-core test test-go test-race test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
 
 all: build
 
