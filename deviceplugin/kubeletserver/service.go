@@ -54,7 +54,7 @@ func devices(s *Server) []*pluginapi.Device {
 func (v *service) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
-		ids, err := v.s.handler.Preferred(ctx, cr)
+		ids, err := v.s.preferred(ctx, cr)
 		if err != nil {
 			return nil, err
 		}

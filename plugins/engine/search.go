@@ -36,11 +36,15 @@ type search struct {
 	fixed [maxTopologyCards]bool    // positions that must be chosen
 	nfix  int
 	// left[p] counts the unfixed positions from p on, for pruning.
-	left  [maxTopologyCards + 1]int
-	cur   [maxTopologyCards]int
-	best  [maxTopologyCards]int
-	value float64
-	found bool
+	left [maxTopologyCards + 1]int
+	// conn[p] is the pair weight from p to the positions chosen so far.
+	conn [maxTopologyCards]float64
+	// maxRow[p] is p's best pair weight to any candidate, for the bound.
+	maxRow [maxTopologyCards]float64
+	cur    [maxTopologyCards]int
+	best   [maxTopologyCards]int
+	value  float64
+	found  bool
 }
 
 // init prepares a search for k of cands (node card indices, ascending) with
@@ -50,10 +54,12 @@ func (s *search) init(t *topology, cands []int, u []float64, must []int, k int) 
 	s.nfix, s.found = 0, false
 	copy(s.cands[:], cands)
 	for p, i := range cands {
-		var d float64
+		var d, top float64
 		for _, j := range cands {
 			d += t.pair(i, j)
+			top = max(top, t.pair(i, j))
 		}
+		s.maxRow[p], s.conn[p] = top, 0
 		s.unary[p] = -fragmentationWeight * d
 		if u != nil {
 			s.unary[p] += policyWeight * u[p]
@@ -94,6 +100,7 @@ func (s *search) run(out []int) float64 {
 	var val float64
 	for d := 0; d < s.nfix; d++ {
 		val += s.gain(s.cur[d], d)
+		s.link(s.cur[d], 1)
 	}
 	if binomial(s.m-s.nfix, s.k-s.nfix) <= exactLimit {
 		s.exact(0, s.nfix, val)
@@ -118,7 +125,17 @@ func (s *search) write(out []int) {
 	}
 }
 
-// exact enumerates the sets in lexicographic order of positions.
+// link adds (sign 1) or removes (sign -1) position p to or from conn.
+func (s *search) link(p int, sign float64) {
+	i := s.cands[p]
+	for q := 0; q < s.m; q++ {
+		s.conn[q] += sign * s.t.pair(s.cands[q], i)
+	}
+}
+
+// exact enumerates the sets in lexicographic order of positions, branch and
+// bound: a branch is cut when even its upper bound cannot beat the best set
+// strictly, so the first optimal set in that order is the one returned.
 func (s *search) exact(from, depth int, val float64) {
 	if depth == s.k {
 		if !s.found || val > s.value+eps {
@@ -128,6 +145,9 @@ func (s *search) exact(from, depth int, val float64) {
 		return
 	}
 	need := s.k - depth
+	if s.found && val+s.bound(from, need) <= s.value+eps {
+		return
+	}
 	for p := from; p < s.m; p++ {
 		if s.fixed[p] {
 			continue
@@ -135,10 +155,42 @@ func (s *search) exact(from, depth int, val float64) {
 		if s.left[p] < need {
 			return
 		}
-		g := s.gain(p, depth)
+		g := s.unary[p] + s.c*s.conn[p]
 		s.cur[depth] = p
+		s.link(p, 1)
 		s.exact(p+1, depth+1, val+g)
+		s.link(p, -1)
 	}
+}
+
+// bound is at least what need more positions from `from` on can add: each
+// position's own gain to the chosen set plus its share of the pairs among the new
+// ones, each pair costed at most the mean of its ends' best weights.
+func (s *search) bound(from, need int) float64 {
+	var top [maxTopologyCards]float64 // the need largest, descending
+	n := 0
+	for q := from; q < s.m; q++ {
+		if s.fixed[q] {
+			continue
+		}
+		ub := s.unary[q] + s.c*(s.conn[q]+float64(need-1)*s.maxRow[q]/2)
+		if n == need && ub <= top[n-1] {
+			continue
+		}
+		if n < need {
+			n++
+		}
+		i := n - 1
+		for ; i > 0 && top[i-1] < ub; i-- {
+			top[i] = top[i-1]
+		}
+		top[i] = ub
+	}
+	var sum float64
+	for _, v := range top[:n] {
+		sum += v
+	}
+	return sum
 }
 
 // descend is the heuristic for sets too many to enumerate: from every seed card,

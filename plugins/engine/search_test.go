@@ -209,3 +209,20 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+func BenchmarkFixtureSearch(b *testing.B) {
+	for name, inv := range map[string]*api.NodeInventory{"two-socket-16": TwoSocket16(), "nvswitch-16": NVSwitch16(), "dgx-1": DGX1()} {
+		n := NewNode(name, inv, 1)
+		free := make([]int, len(inv.Cards))
+		for i := range free {
+			free[i] = i
+		}
+		for _, k := range []int{2, 3, len(free) / 2} {
+			b.Run(name+"/k="+itoa(int64(k)), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					n.PreferredCards(free, nil, k)
+				}
+			})
+		}
+	}
+}

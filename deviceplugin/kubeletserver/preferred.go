@@ -1,0 +1,116 @@
+package kubeletserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// preferred answers GetPreferredAllocation for one container. A container the
+// scheduler assigned gets exactly its cards, from the handler; only when no pending
+// container is waiting for these slots (a pod Tessera did not place, so there is no
+// assignment to follow) do the slots come from the scheduler's own topology engine,
+// so the kubelet's choice is at least link- and NUMA-aware. Allocate still decides
+// whether such a pod may have the cards.
+func (s *Server) preferred(ctx context.Context, req *pluginapi.ContainerPreferredAllocationRequest) ([]string, error) {
+	ids, err := s.handler.Preferred(ctx, req)
+	if err == nil || !errors.Is(err, handoff.ErrNoPendingContainer) {
+		return ids, err
+	}
+	ids, terr := PreferWholeCards(s.reg.Inventory(), req.GetAvailableDeviceIDs(), req.GetMustIncludeDeviceIDs(), int(req.GetAllocationSize()))
+	if terr != nil {
+		return nil, fmt.Errorf("%w; topology fallback: %v", err, terr)
+	}
+	klog.V(4).InfoS("No assignment to follow; preferring slots by topology", "slots", ids)
+	return ids, nil
+}
+
+// PreferWholeCards chooses size slots on size distinct cards, one slot per card as
+// the scheduler's contract has it, preferring idle cards (all of their slots
+// available) and among those the best-linked set the engine finds. Must-include
+// slots are kept.
+func PreferWholeCards(inv *api.NodeInventory, available, must []string, size int) ([]string, error) {
+	index := make(map[string]int, len(inv.Cards))
+	for i, c := range inv.Cards {
+		index[c.UUID] = i
+	}
+	slots := map[int][]string{} // card index -> available slots, lowest first
+	for _, id := range available {
+		uuid, _, err := cards.ParseSlotID(id)
+		if err != nil {
+			return nil, err
+		}
+		i, ok := index[uuid]
+		if !ok {
+			return nil, fmt.Errorf("%w: %q names no card of this node", cards.ErrUnknownSlot, id)
+		}
+		slots[i] = append(slots[i], id)
+	}
+	mustCard := map[int]string{}
+	for _, id := range must {
+		uuid, _, err := cards.ParseSlotID(id)
+		if err != nil {
+			return nil, err
+		}
+		i, ok := index[uuid]
+		if !ok {
+			return nil, fmt.Errorf("%w: must-include slot %q names no card of this node", cards.ErrUnknownSlot, id)
+		}
+		if _, dup := mustCard[i]; dup {
+			return nil, fmt.Errorf("%w: must-include slot %q", cards.ErrSameCardTwice, id)
+		}
+		mustCard[i] = id
+	}
+	var idle, any, mustIdx []int
+	for i, ids := range slots {
+		sort.Strings(ids)
+		any = append(any, i)
+		if len(ids) >= inv.Cards[i].Shares {
+			idle = append(idle, i)
+		}
+	}
+	for i := range mustCard {
+		mustIdx = append(mustIdx, i)
+	}
+	node := engine.NewNode("", inv, 1)
+	chosen, ok := node.PreferredCards(withAll(idle, mustIdx), mustIdx, size)
+	if !ok {
+		chosen, ok = node.PreferredCards(any, mustIdx, size)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%d slots on distinct cards wanted, %d cards have a free slot", size, len(any))
+	}
+	out := make([]string, 0, size)
+	for _, i := range chosen {
+		if id, ok := mustCard[i]; ok {
+			out = append(out, id)
+		} else {
+			out = append(out, slots[i][0])
+		}
+	}
+	return out, nil
+}
+
+// withAll is set plus the members of extra it lacks.
+func withAll(set, extra []int) []int {
+	out := append([]int(nil), set...)
+	for _, x := range extra {
+		found := false
+		for _, y := range set {
+			found = found || x == y
+		}
+		if !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}
