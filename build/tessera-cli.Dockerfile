@@ -1,0 +1,14 @@
+# The tessera CLI (also kubectl-tessera), for running from a pod or a CI job.
+#   docker build -f build/tessera-cli.Dockerfile -t ghcr.io/tessera-gpu/tessera-cli:<tag> .
+ARG GO_VERSION=1.23
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera ./cmd/tessera
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/tessera /usr/bin/tessera
+COPY --from=build /out/tessera /usr/bin/kubectl-tessera
+ENTRYPOINT ["/usr/bin/tessera"]

@@ -1,0 +1,55 @@
+// Package agentconfig checks the node agent's rendered configuration with the agent's
+// own loader. It is apart from the scheduler checks because Volcano's framework
+// (which imports "plugin") and go-nvml cannot be linked into one test binary.
+package agentconfig
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-gpu/tessera/charts/test"
+	dpconfig "github.com/tessera-gpu/tessera/deviceplugin/config"
+)
+
+// agentConfig loads the rendered device-plugin.yaml with the agent's own strict
+// loader, exactly as the container would (--config and NODE_NAME).
+func agentConfig(t *testing.T, r *charttest.Rendered) *dpconfig.Config {
+	t.Helper()
+	var cm corev1.ConfigMap
+	r.Get(t, "ConfigMap", "gpu-tessera-vgpu-device-plugin-config", &cm)
+	path := filepath.Join(t.TempDir(), "device-plugin.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["device-plugin.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"NODE_NAME": "gpu-node-1"}
+	cfg, err := dpconfig.Load([]string{"--config=" + path, "-v=2"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		klogLike())
+	if err != nil {
+		t.Fatalf("the agent rejects the rendered config: %v\n%s", err, cm.Data["device-plugin.yaml"])
+	}
+	return cfg
+}
+
+// klogLike stands in for the klog flag set the agent's main passes (-v).
+func klogLike() *flag.FlagSet {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	fs.String("v", "0", "")
+	return fs
+}
+
+func TestTheAgentAcceptsTheRenderedConfig(t *testing.T) {
+	cfg := agentConfig(t, charttest.MustRender(t, ""))
+	if cfg.StateDir != "/var/lib/tessera" || cfg.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
+		cfg.MetricsAddress != ":9394" || cfg.NodeName != "gpu-node-1" || cfg.SharesPerCard != 10 {
+		t.Errorf("default agent config: %+v", cfg)
+	}
+	cfg = agentConfig(t, charttest.MustRender(t, "../testdata/custom-values.yaml"))
+	if cfg.StateDir != "/data/tessera" || cfg.HookLibrary != "/opt/gpu/lib/libvgpu.so" || cfg.SharesPerCard != 4 ||
+		cfg.MetricsAddress != ":9500" || cfg.ResourceName != "example.com/vgpu" || !cfg.VolcanoCompat {
+		t.Errorf("custom agent config: %+v", cfg)
+	}
+}
