@@ -23,7 +23,8 @@ type Request struct {
 type Fit struct {
 	Node       string
 	Containers []api.ContainerAssignment
-	// Score is the node's score for this pod, 0..100, higher is better.
+	// Score is the node's score for this pod, higher is better: 0..100 from the
+	// node policy, plus TopologyWeight × 0..100 link quality on nodes with links.
 	Score float64
 }
 

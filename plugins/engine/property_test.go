@@ -17,11 +17,24 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 			cards[i] = api.Card{Healthy: rng.Intn(10) > 0, MemoryMiB: int64(8000 + rng.Intn(4)*8000), Shares: 1 + rng.Intn(6)}
 		}
 		n := testNode(cards...)
-		var live [][]api.ContainerAssignment
+		if round%2 == 1 {
+			// Half the rounds on nodes with random links and NUMA nodes, so the
+			// topology search and the NUMA rules are held to the same invariants.
+			inv, _, _ := randomInventory(rng, len(cards))
+			n.topo = newTopology(inv)
+			for i := range n.Cards {
+				n.Cards[i].NUMA = inv.Cards[i].NUMA
+			}
+		}
+		type held struct {
+			cs  []api.ContainerAssignment
+			qos api.QoSClass
+		}
+		var live []held
 		for step := 0; step < 100; step++ {
 			if len(live) > 0 && rng.Intn(3) == 0 {
 				k := rng.Intn(len(live))
-				if errs := n.Release(live[k], api.QoSFixedShare); len(errs) > 0 {
+				if errs := n.Release(live[k].cs, live[k].qos); len(errs) > 0 {
 					t.Fatalf("round %d: release of a live assignment failed: %v", round, errs)
 				}
 				live = append(live[:k], live[k+1:]...)
@@ -31,15 +44,16 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 				if ferr != nil {
 					continue
 				}
-				if err := n.Reserve(f.Containers, api.QoSFixedShare); err != nil {
+				if err := n.Reserve(f.Containers, r.Options.QoS); err != nil {
 					t.Fatalf("round %d: FitPod chose %v but Reserve refused: %v", round, f.Containers, err)
 				}
-				live = append(live, f.Containers)
+				checkChoice(t, n, r, f)
+				live = append(live, held{f.Containers, r.Options.QoS})
 			}
 			checkInvariants(t, n)
 		}
 		for _, a := range live {
-			n.Release(a, api.QoSFixedShare)
+			n.Release(a.cs, a.qos)
 		}
 		for _, c := range n.Cards {
 			if c.Used != (Usage{}) {
@@ -59,11 +73,34 @@ func randomRequest(rng *rand.Rand, maxCards int) *Request {
 			cs[i].MemoryPercent = 1 + rng.Intn(100)
 		}
 	}
-	p := api.PolicyBinpack
-	if rng.Intn(2) == 0 {
-		p = api.PolicySpread
+	p := []api.Policy{api.PolicyBinpack, api.PolicySpread, api.PolicyTopology}[rng.Intn(3)]
+	o := api.PodOptions{QoS: qosClasses[rng.Intn(3)], NUMABind: rng.Intn(4) == 0}
+	return &Request{Containers: cs, CardPolicy: p, NodePolicy: p, Options: o, TopologyWeight: 1}
+}
+
+// checkChoice holds a placement to the hard rules: a bound container's cards share
+// one known NUMA node, and no shared card mixes QoS classes.
+func checkChoice(t *testing.T, n *Node, r *Request, f *Fit) {
+	t.Helper()
+	for _, c := range f.Containers {
+		numa := n.Card(c.Cards[0].UUID).NUMA
+		for _, a := range c.Cards {
+			if r.Options.NUMABind && len(c.Cards) > 1 && (numa < 0 || n.Card(a.UUID).NUMA != numa) {
+				t.Fatalf("numa-bind container %s spans NUMA nodes: %v", c.Name, c.Cards)
+			}
+		}
 	}
-	return &Request{Containers: cs, CardPolicy: p, NodePolicy: p}
+	for _, c := range n.Cards {
+		kinds := 0
+		for _, k := range c.Used.Classes {
+			if k > 0 {
+				kinds++
+			}
+		}
+		if kinds > 1 {
+			t.Fatalf("card %s mixes QoS classes: %v", c.UUID, c.Used.Classes)
+		}
+	}
 }
 
 func checkInvariants(t *testing.T, n *Node) {
