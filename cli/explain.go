@@ -1,0 +1,186 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// Explain status values.
+const (
+	ExplainNoVGPU     = "no-vgpu"      // the pod requests no vGPU resources: the plugin lets it pass
+	ExplainInvalid    = "invalid"      // the request or an annotation is malformed: no node can take it
+	ExplainPlaced     = "placed"       // the pod is bound already
+	ExplainFits       = "fits"         // at least one node's cards can take it now
+	ExplainNoNodeFits = "no-node-fits" // no node's cards can take it now
+)
+
+// ExplainView is the vgpu plugin's verdict on a pod, node by node.
+type ExplainView struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Status    string `json:"status"`
+	// Reason is set for no-vgpu, invalid and placed.
+	Reason     string                 `json:"reason,omitempty"`
+	Containers []api.ContainerRequest `json:"containers,omitempty"`
+	Options    *api.PodOptions        `json:"options,omitempty"`
+	NodePolicy api.Policy             `json:"nodePolicy,omitempty"`
+	CardPolicy api.Policy             `json:"cardPolicy,omitempty"`
+	Nodes      []NodeFit              `json:"nodes,omitempty"`
+	// Scheduler is the message of the pod's PodScheduled condition, as Volcano wrote it.
+	Scheduler string `json:"scheduler,omitempty"`
+}
+
+// NodeFit is one node's answer.
+type NodeFit struct {
+	Node string `json:"node"`
+	Fits bool   `json:"fits"`
+	// Score is the node's 0..100 vgpu score when the pod fits (the scheduler multiplies it by vgpu.Weight).
+	Score float64 `json:"score,omitempty"`
+	// Cards are the cards the pod would get, per container, when it fits.
+	Cards []api.ContainerAssignment `json:"cards,omitempty"`
+	// Reason is the predicate's message, word for word.
+	Reason string `json:"reason,omitempty"`
+	// Resolvable: the refusal depends on other tenants, so waiting or preemption may help.
+	Resolvable bool                `json:"resolvable,omitempty"`
+	Rejects    []engine.CardReject `json:"rejects,omitempty"`
+}
+
+// Explain runs the vgpu plugin's predicate for the pod on every node of the
+// snapshot: the same request parsing, inventory rules, usage accounting and engine.
+func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
+	v := &ExplainView{Namespace: pod.Namespace, Pod: pod.Name}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			v.Scheduler = strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	if !s.Args.Resources.HasVGPURequest(pod) {
+		v.Status, v.Reason = ExplainNoVGPU, "the pod requests no vGPU resources ("+string(s.Args.Resources.Number)+", ...): the vgpu plugin does not filter it"
+		return v
+	}
+	if pod.Spec.NodeName != "" {
+		v.Status, v.Reason = ExplainPlaced, "bound to node "+pod.Spec.NodeName+"; see `tessera pod "+pod.Name+"`"
+		return v
+	}
+	req, err := s.request(pod)
+	if err != nil {
+		v.Status, v.Reason = ExplainInvalid, "vgpu: "+err.Error()
+		return v
+	}
+	v.Containers, v.Options, v.NodePolicy, v.CardPolicy = req.Containers, &req.Options, req.NodePolicy, req.CardPolicy
+	for _, st := range s.nodeStates() {
+		f := NodeFit{Node: st.node.Name}
+		switch {
+		case st.err != nil:
+			f.Reason = "vgpu: " + st.err.Error()
+		case st.engine == nil:
+			f.Reason = "vgpu: node has no vGPU inventory"
+		default:
+			fit, ferr := engine.FitPod(st.engine, req)
+			if ferr != nil {
+				f.Reason, f.Resolvable, f.Rejects = ferr.Error(), ferr.Resolvable(), ferr.Rejects
+			} else {
+				f.Fits, f.Score, f.Cards = true, fit.Score, fit.Containers
+			}
+		}
+		v.Nodes = append(v.Nodes, f)
+	}
+	// Best first: fitting nodes by score, then refusals that may clear, then the rest.
+	sort.SliceStable(v.Nodes, func(i, j int) bool {
+		a, b := v.Nodes[i], v.Nodes[j]
+		if a.Fits != b.Fits {
+			return a.Fits
+		}
+		if a.Fits {
+			return a.Score > b.Score
+		}
+		return a.Resolvable && !b.Resolvable
+	})
+	v.Status = ExplainNoNodeFits
+	if len(v.Nodes) > 0 && v.Nodes[0].Fits {
+		v.Status = ExplainFits
+	}
+	return v
+}
+
+// request parses the pod's demand exactly as the plugin's parseRequest does.
+func (s *Snapshot) request(pod *corev1.Pod) (*engine.Request, error) {
+	cs, err := s.Args.Resources.ContainerRequests(pod)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := api.ParsePodOptions(pod.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: s.Args.CardPolicy, NodePolicy: s.Args.NodePolicy,
+		TopologyWeight: s.Args.TopologyWeight}
+	if opts.CardPolicy != "" {
+		r.CardPolicy = opts.CardPolicy
+	}
+	if opts.NodePolicy != "" {
+		r.NodePolicy = opts.NodePolicy
+	}
+	return r, nil
+}
+
+// WriteExplain prints the verdict for people.
+func WriteExplain(w io.Writer, v *ExplainView) error {
+	fmt.Fprintf(w, "Pod %s/%s: %s\n", v.Namespace, v.Pod, v.Status)
+	if v.Reason != "" {
+		fmt.Fprintf(w, "  %s\n", v.Reason)
+	}
+	if v.Scheduler != "" {
+		fmt.Fprintf(w, "  scheduler's last word: %s\n", v.Scheduler)
+	}
+	if len(v.Containers) > 0 {
+		for _, c := range v.Containers {
+			mem := fmt.Sprintf("%d MiB", c.MemoryMiB)
+			if c.MemoryMiB == 0 {
+				mem = fmt.Sprintf("%d%% of memory", c.MemoryPercent)
+			}
+			fmt.Fprintf(w, "  container %q asks for %d card(s), each %s and %d%% cores\n", c.Name, c.Cards, mem, c.Cores)
+		}
+		fmt.Fprintf(w, "  policies: node %s, card %s; qos %s\n", v.NodePolicy, v.CardPolicy, v.Options.QoS)
+	}
+	fitting := 0
+	for _, n := range v.Nodes {
+		if n.Fits {
+			fitting++
+		}
+	}
+	if len(v.Nodes) > 0 {
+		fmt.Fprintf(w, "  %d of %d nodes can take its vGPU request now (other predicates such as CPU, taints and affinity are not evaluated here)\n", fitting, len(v.Nodes))
+	}
+	for _, n := range v.Nodes {
+		if n.Fits {
+			var cards []string
+			for _, c := range n.Cards {
+				for _, a := range c.Cards {
+					cards = append(cards, fmt.Sprintf("%s:%s", c.Name, a.UUID))
+				}
+			}
+			fmt.Fprintf(w, "  + %s fits (score %.1f), cards %s\n", n.Node, n.Score, strings.Join(cards, " "))
+			continue
+		}
+		mark := "-"
+		if n.Resolvable {
+			mark = "~"
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", mark, n.Node, n.Reason)
+		for _, r := range n.Rejects {
+			fmt.Fprintf(w, "      %s\n", r)
+		}
+	}
+	if fitting == 0 && len(v.Nodes) > 0 {
+		fmt.Fprintln(w, "  (~ may clear as other tenants finish or are preempted; - will not without a change to the node or the pod)")
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+)
+
+// Node status values.
+const (
+	StatusReady       = "ready"        // inventory usable: the scheduler places vGPU tasks here
+	StatusUnusable    = "unusable"     // inventory malformed or heartbeat stale: no vGPU tasks
+	StatusNoInventory = "no-inventory" // no vGPU cards published
+)
+
+// NodeView is one node in `tessera nodes` and the report.
+type NodeView struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// Reason explains an unusable node in the scheduler's words.
+	Reason string `json:"reason,omitempty"`
+	// Source is where the cards were read from: tessera or hami.
+	Source    string     `json:"source,omitempty"`
+	Heartbeat string     `json:"heartbeat,omitempty"`
+	Cards     []CardView `json:"cards"`
+	// Problems are pods whose cards the scheduler cannot account.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// CardView is one card with what is booked on it.
+type CardView struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	Model string `json:"model"`
+	// MemoryMiB is physical memory; CapacityMiB the schedulable memory (× oversubscription).
+	MemoryMiB     int64 `json:"memoryMiB"`
+	CapacityMiB   int64 `json:"capacityMiB"`
+	UsedMemoryMiB int64 `json:"usedMemoryMiB"`
+	UsedCores     int   `json:"usedCores"`
+	Tenants       int   `json:"tenants"`
+	Shares        int   `json:"shares"`
+	// QoS is the card's pool: the class of its shared tenants, "exclusive" for a
+	// 100%-cores tenant, "" when idle.
+	QoS     string   `json:"qos"`
+	Healthy bool     `json:"healthy"`
+	MIG     bool     `json:"mig,omitempty"`
+	NUMA    int      `json:"numa"`
+	Pods    []Tenant `json:"pods"`
+}
+
+// Nodes computes the per-node, per-card view.
+func (s *Snapshot) NodesView() []NodeView {
+	var out []NodeView
+	for _, st := range s.nodeStates() {
+		v := NodeView{Name: st.node.Name, Source: st.source, Heartbeat: st.node.Annotations[api.AnnotationHeartbeat],
+			Problems: st.problems, Cards: []CardView{}}
+		switch {
+		case st.err != nil:
+			v.Status, v.Reason = StatusUnusable, st.err.Error()
+		case st.engine == nil:
+			v.Status = StatusNoInventory
+		default:
+			v.Status = StatusReady
+			for i := range st.engine.Cards {
+				v.Cards = append(v.Cards, cardView(&st.engine.Cards[i], st.tenants[st.engine.Cards[i].UUID]))
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func cardView(c *engine.CardState, tenants []Tenant) CardView {
+	v := CardView{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryMiB: c.MemoryMiB, CapacityMiB: c.CapacityMiB,
+		UsedMemoryMiB: c.Used.MemoryMiB, UsedCores: c.Used.Cores, Tenants: c.Used.Tenants, Shares: c.Shares,
+		Healthy: c.Healthy, MIG: c.MIG, NUMA: c.NUMA, Pods: tenants}
+	if v.Pods == nil {
+		v.Pods = []Tenant{}
+	}
+	for _, t := range tenants {
+		if t.Cores == 100 {
+			v.QoS = "exclusive"
+			return v
+		}
+	}
+	if len(tenants) > 0 {
+		v.QoS = string(tenants[0].QoS)
+		for _, t := range tenants[1:] {
+			if string(t.QoS) != v.QoS {
+				v.QoS = "mixed"
+			}
+		}
+	}
+	return v
+}
+
+// WriteNodesTable prints one row per card, grouped by node; nodes without usable
+// cards get one row saying why.
+func WriteNodesTable(w io.Writer, nodes []NodeView) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tMEMORY (MiB)\tCORES\tSHARES\tQOS\tHEALTH\tPODS")
+	for _, n := range nodes {
+		if n.Status != StatusReady {
+			why := n.Status
+			if n.Reason != "" {
+				why += ": " + n.Reason
+			}
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t-\n", n.Name, why)
+			continue
+		}
+		for i, c := range n.Cards {
+			name := n.Name
+			if i > 0 {
+				name = ""
+			}
+			health := "ok"
+			switch {
+			case c.MIG:
+				health = "mig"
+			case !c.Healthy:
+				health = "UNHEALTHY"
+			}
+			qos := c.QoS
+			if qos == "" {
+				qos = "-"
+			}
+			mem := fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d%%\t%d/%d\t%s\t%s\t%s\n", name, c.Index, c.Model, mem, c.UsedCores,
+				c.Tenants, c.Shares, qos, health, podList(c.Pods))
+		}
+		for _, p := range n.Problems {
+			fmt.Fprintf(tw, "%s\t!\t%s\t\t\t\t\t\t\n", "", p)
+		}
+	}
+	return tw.Flush()
+}
+
+func podList(ts []Tenant) string {
+	if len(ts) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = t.Namespace + "/" + t.Pod
+	}
+	return strings.Join(parts, ",")
+}

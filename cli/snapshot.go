@@ -1,0 +1,241 @@
+// Package cli implements the tessera command's cluster views: nodes, pod, explain
+// and report. It reads the cluster once into a Snapshot and computes every view from
+// it with the same engine and the same reading rules as the vgpu scheduler plugin, so
+// that what the CLI shows is what the scheduler sees.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/plugins/vgpu"
+)
+
+// QueueKey is the annotation (and label) Volcano's job controller puts on every pod
+// of a VolcanoJob, naming the job's queue.
+const QueueKey = "volcano.sh/queue-name"
+
+// Snapshot is the cluster as the CLI read it: nodes, the pods bound to them, and
+// the vgpu plugin's arguments that shape the view.
+type Snapshot struct {
+	Args  vgpu.Args
+	Now   time.Time
+	Nodes []corev1.Node
+	// Pods are the non-terminated pods of every namespace.
+	Pods []corev1.Pod
+}
+
+// Load reads nodes and pods through client. args are the scheduler's vgpu
+// arguments (vgpu.DefaultArgs unless the user points at the scheduler's conf).
+func Load(ctx context.Context, client kubernetes.Interface, args vgpu.Args, now time.Time) (*Snapshot, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: "status.phase!=Succeeded,status.phase!=Failed",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	s := &Snapshot{Args: args, Now: now, Nodes: nodes.Items}
+	for _, p := range pods.Items {
+		// Fake clientsets ignore field selectors; filter again.
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			s.Pods = append(s.Pods, p)
+		}
+	}
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
+	sort.Slice(s.Pods, func(i, j int) bool {
+		if s.Pods[i].Namespace != s.Pods[j].Namespace {
+			return s.Pods[i].Namespace < s.Pods[j].Namespace
+		}
+		return s.Pods[i].Name < s.Pods[j].Name
+	})
+	return s, nil
+}
+
+// Inventory source values.
+const (
+	SourceTessera = "tessera"
+	SourceHAMi    = "hami"
+)
+
+// nodeInventory reads a node's cards by the plugin's rules: tessera.io/inventory
+// (refused when its heartbeat is older than the timeout), else the HAMi volcano
+// device plugin's registration. nil, "", nil: the node has no vGPU cards.
+func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, string, error) {
+	if s, ok := node.Annotations[api.AnnotationInventory]; ok {
+		inv, err := api.DecodeInventory(s)
+		if err != nil {
+			return nil, SourceTessera, err
+		}
+		if hb, ok := node.Annotations[api.AnnotationHeartbeat]; ok && heartbeatTimeout > 0 {
+			t, err := time.Parse(time.RFC3339, hb)
+			if err != nil {
+				return nil, SourceTessera, fmt.Errorf("%w: annotation %s: %q is not an RFC 3339 time", api.ErrInvalid, api.AnnotationHeartbeat, hb)
+			}
+			if age := now.Sub(t); age > heartbeatTimeout {
+				return nil, SourceTessera, fmt.Errorf("node agent heartbeat is %s old (limit %s)", age.Round(time.Second), heartbeatTimeout)
+			}
+		}
+		return inv, SourceTessera, nil
+	}
+	if s, ok := node.Annotations[api.VolcanoNodeRegister]; ok {
+		cards, err := api.DecodeVolcanoNodeRegister(s)
+		if err != nil {
+			return nil, SourceHAMi, err
+		}
+		return api.InventoryFromVolcano(cards), SourceHAMi, nil
+	}
+	return nil, "", nil
+}
+
+// podAssignment reads the cards a placed pod holds, by the plugin's rules:
+// tessera.io/assignment, else Volcano's volcano.sh/vgpu-ids-new with the class of
+// tessera.io/qos. ok is false when the pod carries neither.
+func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
+		a, err := api.DecodeAssignment(s)
+		if err != nil {
+			return nil, "", true, err
+		}
+		return a.Containers, a.QoS, true, nil
+	}
+	qos, err = api.ParseQoSClass(pod.Annotations[api.AnnotationQoS])
+	if err != nil {
+		qos = api.DefaultQoS
+	}
+	if s, found := pod.Annotations[api.VolcanoAssignedIDs]; found {
+		per, err := api.DecodeVolcanoPodDevices(s)
+		if err != nil {
+			return nil, "", true, err
+		}
+		names := vgpuContainerNames(pod)
+		for i, cards := range per {
+			name := fmt.Sprintf("#%d", i)
+			if i < len(names) {
+				name = names[i]
+			}
+			cs = append(cs, api.ContainerAssignment{Name: name, Cards: cards})
+		}
+		return cs, qos, true, nil
+	}
+	return nil, "", false, nil
+}
+
+// vgpuContainerNames lists the containers that request vGPU resources, in spec
+// order: the positions of Volcano's per-container grammar.
+func vgpuContainerNames(pod *corev1.Pod) []string {
+	var names []string
+	for _, c := range pod.Spec.Containers {
+		for r := range c.Resources.Limits {
+			if r == api.ResourceNumber || r == api.ResourceMemory || r == api.ResourceMemoryPercentage || r == api.ResourceCores {
+				names = append(names, c.Name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// Queue is the Volcano queue of a pod, "" when it names none.
+func Queue(pod *corev1.Pod) string {
+	if q := pod.Annotations[QueueKey]; q != "" {
+		return q
+	}
+	return pod.Labels[QueueKey]
+}
+
+// nodeState is one node's cards with the pods that hold them.
+type nodeState struct {
+	node   *corev1.Node
+	source string
+	// err explains an inventory the scheduler cannot use (malformed, stale).
+	err error
+	// engine is nil for nodes without a usable inventory.
+	engine  *engine.Node
+	tenants map[string][]Tenant // card UUID -> pods on it
+	// problems are the pods on the node whose cards cannot be accounted.
+	problems []string
+}
+
+// Tenant is one container's share of a card.
+type Tenant struct {
+	Namespace string       `json:"namespace"`
+	Pod       string       `json:"pod"`
+	Container string       `json:"container"`
+	Queue     string       `json:"queue,omitempty"`
+	QoS       api.QoSClass `json:"qos"`
+	MemoryMiB int64        `json:"memoryMiB"`
+	Cores     int          `json:"cores"`
+}
+
+// nodeStates builds every node's card usage from the pods bound to it, exactly as
+// the plugin's session does (less its in-flight store, which lives in the scheduler).
+func (s *Snapshot) nodeStates() []*nodeState {
+	byNode := map[string][]*corev1.Pod{}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		if p.Spec.NodeName != "" {
+			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+		}
+	}
+	out := make([]*nodeState, 0, len(s.Nodes))
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		st := &nodeState{node: n, tenants: map[string][]Tenant{}}
+		out = append(out, st)
+		inv, source, err := nodeInventory(n, s.Now, s.Args.HeartbeatTimeout)
+		st.source, st.err = source, err
+		if err != nil || inv == nil {
+			continue
+		}
+		st.engine = engine.NewNode(n.Name, inv, s.Args.MemoryOversubscription)
+		for _, p := range byNode[n.Name] {
+			if !s.Args.Resources.HasVGPURequest(p) {
+				continue
+			}
+			cs, qos, ok, err := podAssignment(p)
+			switch {
+			case err != nil:
+				st.problems = append(st.problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, err))
+				continue
+			case !ok:
+				st.problems = append(st.problems, fmt.Sprintf("%s/%s: bound without an assignment; its cards are not accounted", p.Namespace, p.Name))
+				continue
+			}
+			for _, e := range st.engine.Account(cs, qos) {
+				st.problems = append(st.problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, e))
+			}
+			if qos == "" {
+				qos = api.DefaultQoS
+			}
+			for _, c := range cs {
+				for _, a := range c.Cards {
+					st.tenants[a.UUID] = append(st.tenants[a.UUID], Tenant{Namespace: p.Namespace, Pod: p.Name,
+						Container: c.Name, Queue: Queue(p), QoS: qos, MemoryMiB: a.MemoryMiB, Cores: a.Cores})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// FindPod returns the pod namespace/name from the snapshot, or nil.
+func (s *Snapshot) FindPod(namespace, name string) *corev1.Pod {
+	for i := range s.Pods {
+		if s.Pods[i].Namespace == namespace && s.Pods[i].Name == name {
+			return &s.Pods[i]
+		}
+	}
+	return nil
+}
