@@ -124,3 +124,24 @@ func TestPreferredAllocation(t *testing.T) {
 		})
 	}
 }
+
+// From NVML to slots: the fake DGX A100's NVSwitch links and NUMA nodes, read by
+// discovery, steer a 4-card request without an assignment onto one NUMA node.
+func TestPreferredAllocationOnDiscoveredDGXA100(t *testing.T) {
+	res, err := discovery.Discover(nvmlfake.DGXA100(), discovery.Options{Shares: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := cards.NewRegistry(res.Cards(), res.Links)
+	if l := reg.Inventory().Links[0][7]; l != "NV12" {
+		t.Fatalf("discovery reports %q between cards 0 and 7, want NV12", l)
+	}
+	// Card 1 has a slot taken: four idle cards remain on NUMA node 1 only.
+	ids, err := PreferWholeCards(reg.Inventory(), slots(reg, "1:0"), nil, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cardsOf(reg, ids); got != "4,5,6,7" {
+		t.Fatalf("cards %s, want 4,5,6,7", got)
+	}
+}
