@@ -17,6 +17,11 @@ type Request struct {
 	// TopologyWeight scales the link quality of multi-card containers (0..100) added
 	// to the node score on nodes with a link matrix; 0 leaves node scores link-blind.
 	TopologyWeight float64
+	// GangSize is the pod's gang's minimum member count. A single-card member of a
+	// larger gang is scored by the links from its card to the node's idle cards,
+	// where its peers will likely land: a gang of eight one-card workers then
+	// gathers on an NVLink island, not on whichever node came first.
+	GangSize int
 }
 
 // Fit is a feasible placement of a pod on a node.
@@ -87,6 +92,11 @@ func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
 		}
 	}
 	fit.Score = nodeScore(n, extra, req.NodePolicy)
+	if multi == 0 && req.GangSize > 1 && n.topo != nil && len(req.Containers) == 1 && req.Containers[0].Cards == 1 {
+		if c, ok := onlyCard(extra); ok {
+			grades, multi = n.topo.peerGrade(n, c, req.GangSize-1), 1
+		}
+	}
 	if multi > 0 {
 		// The link quality of what the pod would get: the whole score under the
 		// topology policy, a weighted bonus under the others.
@@ -97,6 +107,16 @@ func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
 		}
 	}
 	return fit, nil
+}
+
+// onlyCard is the one card extra books.
+func onlyCard(extra []Usage) (int, bool) {
+	for i := range extra {
+		if extra[i].Tenants > 0 {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 type candidate struct {

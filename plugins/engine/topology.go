@@ -121,3 +121,34 @@ func (t *topology) setGrade(set []int) float64 {
 	}
 	return 100 * sum / float64(pairs)
 }
+
+// peerGrade is the 0..100 link quality from card c to its best `peers` idle cards
+// on the node, a missing peer counting as no link: how well the rest of a gang
+// could join c here.
+func (t *topology) peerGrade(n *Node, c, peers int) float64 {
+	peers = min(peers, t.n-1) // a node holds at most its own cards
+	var best [maxTopologyCards]float64 // descending
+	got := 0
+	for j := range n.Cards {
+		if j == c || n.Cards[j].Used.Tenants > 0 || !n.Cards[j].Healthy {
+			continue
+		}
+		g := linkGrade(float64(t.link[c*t.n+j]))
+		if got == peers && g <= best[got-1] {
+			continue
+		}
+		if got < peers {
+			got++
+		}
+		i := got - 1
+		for ; i > 0 && best[i-1] < g; i-- {
+			best[i] = best[i-1]
+		}
+		best[i] = g
+	}
+	var sum float64
+	for _, g := range best[:got] {
+		sum += g
+	}
+	return 100 * sum / float64(peers)
+}

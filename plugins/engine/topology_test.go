@@ -269,3 +269,39 @@ func TestQoSPools(t *testing.T) {
 		t.Fatalf("an idle card refused a class: %v", err)
 	}
 }
+
+func TestSingleCardGangMembersPreferWellLinkedNodes(t *testing.T) {
+	score := func(inv *api.NodeInventory, gang int) float64 {
+		r := wholeCards(1, api.PodOptions{}, api.PolicyBinpack)
+		r.TopologyWeight, r.GangSize = 1, gang
+		s, err := ScorePod(NewNode("n", inv, 1), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if nv, pcie := score(DGXA100(), 8), score(tiledLinks(DGXA100(), PCIePairs4()), 8); !(nv > pcie) {
+		t.Fatalf("a member of an 8-pod gang scores the NVSwitch node %.1f, a PCIe node %.1f", nv, pcie)
+	}
+	if a, b := score(DGXA100(), 1), score(DGX1(), 1); a != b {
+		t.Fatalf("a pod without a gang should not see links in the node score: %.1f vs %.1f", a, b)
+	}
+}
+
+// tiledLinks is inv with other's link pattern tiled over its cards: same cards,
+// PCIe pairs instead of NVSwitch.
+func tiledLinks(inv, other *api.NodeInventory) *api.NodeInventory {
+	m := len(other.Cards)
+	for i := range inv.Links {
+		for j := range inv.Links[i] {
+			switch {
+			case i == j:
+			case i/m == j/m:
+				inv.Links[i][j] = other.Links[i%m][j%m]
+			default:
+				inv.Links[i][j] = api.LinkCrossNUMA
+			}
+		}
+	}
+	return inv
+}

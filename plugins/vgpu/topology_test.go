@@ -85,6 +85,7 @@ func TestMultiCardGangsLandOnTheNVLinkCompleteNode(t *testing.T) {
 		{"one 8-card pod goes to the NVSwitch node", 1, 8, nil},
 		{"a gang of two 4-card pods goes to the NVSwitch node", 2, 4, nil},
 		{"a gang of four 2-card pods goes to the NVSwitch node", 4, 2, nil},
+		{"a gang of eight 1-card pods gathers on the NVSwitch node", 8, 1, nil},
 		{"the topology node policy alone sends an 8-card pod there", 1, 8, framework.Arguments{argNodePolicy: "topology", argTopologyWeight: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,6 +27,8 @@ type vgpuPlugin struct {
 
 	mu       sync.Mutex
 	requests map[vapi.TaskID]*taskRequest
+	// gangs is each job's minimum member count, read when a request is parsed.
+	gangs map[vapi.JobID]int
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -50,6 +52,10 @@ func (p *vgpuPlugin) Name() string { return PluginName }
 func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	start := p.now()
 	p.ledger = p.buildLedger(ssn)
+	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
+	for id, job := range ssn.Jobs {
+		p.gangs[id] = int(job.MinAvailable)
+	}
 	dropped := p.store.reconcile(sessionPodView(ssn), p.now(), p.args.PendingTTL)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
@@ -96,7 +102,7 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 		return &taskRequest{err: err}
 	}
 	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: p.args.CardPolicy, NodePolicy: p.args.NodePolicy,
-		TopologyWeight: p.args.TopologyWeight}
+		TopologyWeight: p.args.TopologyWeight, GangSize: p.gangs[task.Job]}
 	if opts.CardPolicy != "" {
 		r.CardPolicy = opts.CardPolicy
 	}
