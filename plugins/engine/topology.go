@@ -126,7 +126,7 @@ func (t *topology) setGrade(set []int) float64 {
 // on the node, a missing peer counting as no link: how well the rest of a gang
 // could join c here.
 func (t *topology) peerGrade(n *Node, c, peers int) float64 {
-	peers = min(peers, t.n-1) // a node holds at most its own cards
+	peers = min(peers, t.n-1)          // a node holds at most its own cards
 	var best [maxTopologyCards]float64 // descending
 	got := 0
 	for j := range n.Cards {
