@@ -160,39 +160,32 @@ func distinct(v []int) int {
 }
 
 // The budgets of issue 6: 8 cards under 1 ms, 16 cards under 10 ms at p99.
-func TestSearchMeetsLatencyBudgets(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing test")
-	}
-	for _, tc := range []struct {
-		cards  int
-		budget time.Duration
-	}{{8, time.Millisecond}, {16, 10 * time.Millisecond}} {
-		rng := rand.New(rand.NewSource(int64(tc.cards)))
-		var times []time.Duration
-		for round := 0; round < 40; round++ {
-			tp, cands, u := randomTopology(rng, tc.cards)
-			for k := 1; k <= tc.cards; k++ {
-				out := make([]int, k)
-				// The best of three runs: the cost of the search, not of the
-				// other processes sharing the machine's two cores.
-				best := time.Hour
-				for rep := 0; rep < 3; rep++ {
-					start := time.Now()
-					var s search
-					s.init(tp, cands, u, nil, k)
-					s.run(out)
-					best = min(best, time.Since(start))
+// BenchmarkSearchLatency reports the p50 and p99 of one search over every request
+// size on random 8- and 16-card nodes, the figures issue 6 budgets (8 cards under
+// 1 ms, 16 cards under 10 ms p99). A benchmark, not a timed test: the numbers are
+// read and compared, never asserted on a shared machine.
+func BenchmarkSearchLatency(b *testing.B) {
+	for _, cards := range []int{8, 16} {
+		b.Run(itoa(int64(cards))+"cards", func(b *testing.B) {
+			var times []time.Duration
+			for i := 0; i < b.N; i++ {
+				rng := rand.New(rand.NewSource(int64(cards)))
+				for round := 0; round < 40; round++ {
+					tp, cands, u := randomTopology(rng, cards)
+					for k := 1; k <= cards; k++ {
+						out := make([]int, k)
+						start := time.Now()
+						var s search
+						s.init(tp, cands, u, nil, k)
+						s.run(out)
+						times = append(times, time.Since(start))
+					}
 				}
-				times = append(times, best)
 			}
-		}
-		sort.Slice(times, func(a, b int) bool { return times[a] < times[b] })
-		p99 := times[len(times)*99/100]
-		t.Logf("%d cards: p50 %v, p99 %v, max %v over %d searches", tc.cards, times[len(times)/2], p99, times[len(times)-1], len(times))
-		if p99 > tc.budget {
-			t.Errorf("%d cards: p99 %v exceeds %v", tc.cards, p99, tc.budget)
-		}
+			sort.Slice(times, func(a, c int) bool { return times[a] < times[c] })
+			b.ReportMetric(float64(times[len(times)/2].Nanoseconds()), "p50-ns")
+			b.ReportMetric(float64(times[len(times)*99/100].Nanoseconds()), "p99-ns")
+		})
 	}
 }
 
