@@ -41,17 +41,23 @@ func chromium(t *testing.T) string {
 		}
 		return nil
 	}
-	if err := install(); err != nil {
+	// A stale package list needs an update; a dpkg lock held by another install
+	// needs a moment. Three attempts cover both.
+	var err2 error
+	for attempt := 1; attempt <= 3; attempt++ {
+		if err2 = install(); err2 == nil {
+			break
+		}
+		t.Logf("apt-get install chromium, attempt %d: %v", attempt, err2)
 		update := exec.Command(apt, "update")
 		if os.Geteuid() != 0 {
 			update = exec.Command("sudo", "-n", apt, "update")
 		}
-		if out, uerr := update.CombinedOutput(); uerr != nil {
-			t.Fatalf("apt-get update: %v: %s", uerr, out)
-		}
-		if err := install(); err != nil {
-			t.Fatalf("apt-get install chromium: %v", err)
-		}
+		_ = update.Run()
+		time.Sleep(time.Duration(attempt) * 5 * time.Second)
+	}
+	if err2 != nil {
+		t.Fatalf("apt-get install chromium failed three times: %v", err2)
 	}
 	p, err := exec.LookPath("chromium")
 	if err != nil {
