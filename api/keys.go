@@ -54,9 +54,9 @@ const (
 	AnnotationGPUUUIDInclude = Prefix + "gpu-uuid-include"
 	// AnnotationGPUUUIDExclude rejects the comma-separated UUIDs (exact).
 	AnnotationGPUUUIDExclude = Prefix + "gpu-uuid-exclude"
-	// AnnotationNodePolicy overrides the node scoring policy: binpack or spread.
+	// AnnotationNodePolicy overrides the node scoring policy: binpack, spread or topology.
 	AnnotationNodePolicy = Prefix + "node-policy"
-	// AnnotationCardPolicy overrides the card scoring policy: binpack or spread.
+	// AnnotationCardPolicy overrides the card choice policy: binpack, spread or topology.
 	AnnotationCardPolicy = Prefix + "card-policy"
 	// AnnotationNUMABind, when "true", requires all cards of a container on one NUMA node.
 	AnnotationNUMABind = Prefix + "numa-bind"
