@@ -5,7 +5,10 @@ FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
-COPY . .
+COPY api/ api/
+COPY plugins/ plugins/
+COPY cli/ cli/
+COPY cmd/tessera/ cmd/tessera/
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera ./cmd/tessera
 
 FROM gcr.io/distroless/static-debian12:nonroot

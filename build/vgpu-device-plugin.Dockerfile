@@ -8,6 +8,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY deviceplugin/ deviceplugin/
+COPY plugins/ plugins/
 COPY cmd/vgpu-device-plugin/ cmd/vgpu-device-plugin/
 # cgo: go-nvml resolves NVML at run time (dlopen), from the driver the NVIDIA runtime injects.
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/vgpu-device-plugin ./cmd/vgpu-device-plugin

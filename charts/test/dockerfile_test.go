@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -26,6 +27,8 @@ func TestDockerfilesReferOnlyToWhatExists(t *testing.T) {
 			t.Fatal(err)
 		}
 		stages := map[string]bool{}
+		copied := map[string]bool{}
+		var built []string
 		var entry bool
 		for i, line := range strings.Split(string(b), "\n") {
 			line = strings.TrimSpace(line)
@@ -40,6 +43,7 @@ func TestDockerfilesReferOnlyToWhatExists(t *testing.T) {
 					continue
 				}
 				for _, src := range strings.Fields(m[3]) {
+					copied[strings.TrimSuffix(src, "/")] = true
 					if _, err := os.Stat(filepath.Join(root, src)); err != nil {
 						t.Errorf("%s:%d copies %s, which is not in the repository", filepath.Base(f), i+1, src)
 					}
@@ -50,8 +54,17 @@ func TestDockerfilesReferOnlyToWhatExists(t *testing.T) {
 				if len(mains) == 0 {
 					t.Errorf("%s:%d builds %s, which has no Go files", filepath.Base(f), i+1, m[1])
 				}
+				built = append(built, m[1])
 			}
 			entry = entry || strings.HasPrefix(line, "ENTRYPOINT")
+		}
+		// Every directory of this module that the built command imports must be copied in.
+		for _, pkg := range built {
+			for _, dir := range moduleDirs(t, root, pkg) {
+				if !copied[dir] && !copied[filepath.Dir(dir)] && !copied["."] {
+					t.Errorf("%s builds %s, which imports from %s/, but the file does not COPY it", filepath.Base(f), pkg, dir)
+				}
+			}
 		}
 		if !entry {
 			t.Errorf("%s has no ENTRYPOINT", filepath.Base(f))
@@ -65,4 +78,34 @@ func TestDockerfilesReferOnlyToWhatExists(t *testing.T) {
 	if !strings.Contains(string(dp), "/opt/tessera/lib/libvgpu.so") {
 		t.Errorf("the agent image does not put libvgpu.so at the chart's hookLibrarySource /opt/tessera/lib/libvgpu.so")
 	}
+}
+
+// moduleDirs lists the top-level directories (and cmd/<name>) of the product module
+// that pkg depends on.
+func moduleDirs(t *testing.T, root, pkg string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if eq .Module.Path \"github.com/tessera-gpu/tessera\"}}{{.Dir}}{{end}}{{end}}", pkg)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	seen := map[string]bool{}
+	var dirs []string
+	for _, d := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, d)
+		if err != nil {
+			continue
+		}
+		parts := strings.Split(rel, string(filepath.Separator))
+		top := parts[0]
+		if top == "cmd" && len(parts) > 1 {
+			top = filepath.Join("cmd", parts[1])
+		}
+		if !seen[top] {
+			seen[top] = true
+			dirs = append(dirs, top)
+		}
+	}
+	return dirs
 }
