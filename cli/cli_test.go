@@ -39,7 +39,7 @@ func TestNodesTableShowsEachCardWithItsUsageAndEachUnusableNodeWithWhy(t *testin
 		"gpu-a", "NVIDIA A100-SXM4-40GB", "30000/40960", "50%", "fixed-share", "team-a/train-0",
 		"40960/40960", "100%", "exclusive", "team-b/infer-0",
 		"4000/15360", "Tesla T4", "serving/bert-0",
-		"gpu-old", "unusable: node agent heartbeat is 10m0s old (limit 1m30s)",
+		"gpu-old", "unusable", "node agent heartbeat is 10m0s old (limit 1m30s)",
 		"cpu-1", "no-inventory",
 		"UNHEALTHY",
 	} {

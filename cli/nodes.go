@@ -105,11 +105,8 @@ func WriteNodesTable(w io.Writer, nodes []NodeView) error {
 	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tMEMORY (MiB)\tCORES\tSHARES\tQOS\tHEALTH\tPODS")
 	for _, n := range nodes {
 		if n.Status != StatusReady {
-			why := n.Status
-			if n.Reason != "" {
-				why += ": " + n.Reason
-			}
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t-\n", n.Name, why)
+			// The reason goes last: it is long, and tabwriter would widen every row for it.
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Name, n.Status, dash(n.Reason))
 			continue
 		}
 		for i, c := range n.Cards {

@@ -109,7 +109,7 @@ func nextStep(v *PodView) string {
 	case v.Node == "" && len(v.Containers) == 0:
 		return "not scheduled yet: run `tessera explain " + v.Name + " -n " + v.Namespace + "`"
 	case v.Handoff == api.HandoffFailed:
-		return "the node agent refused the handoff (message above); the pod will not start on these cards"
+		return "the node agent refused the handoff (see its message and the pod's events); the pod does not start on these cards"
 	case v.Handoff == api.HandoffDone:
 		return "the node agent set up every vGPU container with exactly these cards and limits"
 	case v.Node != "" && v.Phase == string(corev1.PodPending):
