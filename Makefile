@@ -62,8 +62,7 @@ bench-vgpu-core:
 # simulated GPU nodes (our device plugin on fake NVML + a kubelet stand-in), all on 127.0.0.1.
 # Binaries are built once into e2e/.cache/bin (first run ~10 min on 2 cores). See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
-ENSURE_ETCD = command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || \
-	{ echo "installing Debian's etcd-server"; apt-get install -y -q etcd-server >/dev/null || sudo apt-get install -y -q etcd-server >/dev/null; }
+ENSURE_ETCD = e2e/ensure-etcd.sh
 
 ## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
 e2e:

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,10 @@ func TestFiltersAndPolicies(t *testing.T) {
 		check func(t *testing.T, cards [][]string)
 	}{
 		// The policies first, while every card is idle.
+		// Among the two 8-card A100 nodes (node scores are mean card utilisation, so nodes
+		// of different sizes can tie): spread takes both, binpack one.
+		{"node-spread", 2, map[string]string{api.AnnotationGPUTypeInclude: "A100", api.AnnotationNodePolicy: "spread"}, small, distinctNodes(2)},
+		{"node-binpack", 4, map[string]string{api.AnnotationGPUTypeInclude: "A100", api.AnnotationNodePolicy: "binpack"}, small, distinctNodes(1)},
 		{"spread", 4, map[string]string{api.AnnotationGPUTypeInclude: "L40S", api.AnnotationCardPolicy: "spread"}, small, distinctCards(4)},
 		{"binpack", 4, map[string]string{api.AnnotationGPUTypeInclude: "A30", api.AnnotationCardPolicy: "binpack"}, small, distinctCards(1)},
 		{"type-include-a30", 2, map[string]string{api.AnnotationGPUTypeInclude: "a30"}, small, onCards("GPU-gpu-c-0", "GPU-gpu-c-1", "GPU-gpu-c-2", "GPU-gpu-c-3")},
@@ -85,6 +90,21 @@ func distinctCards(want int) func(*testing.T, [][]string) {
 		}
 		if len(set) != want {
 			t.Errorf("pods on %d distinct cards %v, want %d", len(set), cards, want)
+		}
+	}
+}
+
+// distinctNodes checks the pods' nodes (from the harness's UUIDs, GPU-<node>-<index>).
+func distinctNodes(want int) func(*testing.T, [][]string) {
+	return func(t *testing.T, cards [][]string) {
+		set := map[string]bool{}
+		for _, pod := range cards {
+			for _, u := range pod {
+				set[u[len("GPU-"):strings.LastIndex(u, "-")]] = true
+			}
+		}
+		if len(set) != want {
+			t.Errorf("pods on %d distinct nodes %v, want %d", len(set), cards, want)
 		}
 	}
 }

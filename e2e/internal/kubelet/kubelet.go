@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,9 @@ type Kubelet struct {
 	dev    *devices
 	queue  chan *corev1.Pod
 	seen   map[types.UID]bool // pods admitted or rejected (touched only by the admission loop)
-	gone   chan types.UID
+
+	mu      sync.Mutex
+	deleted map[types.UID]bool // pods deleted or deleting: never admitted, released if admitted meanwhile
 }
 
 // New returns a stand-in; Run starts it.
@@ -52,7 +55,7 @@ func New(client kubernetes.Interface, opts Options) *Kubelet {
 		opts.StatusInterval = 10 * time.Second
 	}
 	return &Kubelet{opts: opts, client: client, dev: newDevices(opts.DevicePluginDir, opts.Resource),
-		queue: make(chan *corev1.Pod, 4096), seen: map[types.UID]bool{}, gone: make(chan types.UID, 4096)}
+		queue: make(chan *corev1.Pod, 4096), seen: map[types.UID]bool{}, deleted: map[types.UID]bool{}}
 }
 
 // Run serves the sockets, registers the Node and handles its pods until ctx ends.
@@ -79,7 +82,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 				o = t.Obj
 			}
 			if p, ok := o.(*corev1.Pod); ok {
-				k.dev.release(string(p.UID))
+				k.markDeleted(p.UID)
 			}
 		},
 	})
@@ -95,13 +98,26 @@ func (k *Kubelet) Run(ctx context.Context) error {
 // observe routes pod events: new pods to admission, terminating pods to clean-up.
 func (k *Kubelet) observe(p *corev1.Pod) {
 	if p.DeletionTimestamp != nil {
-		k.dev.release(string(p.UID))
+		k.markDeleted(p.UID)
 		go k.finalizeDeletion(p)
 		return
 	}
 	if p.Status.Phase == corev1.PodPending && p.Status.StartTime == nil {
 		k.queue <- p
 	}
+}
+
+func (k *Kubelet) markDeleted(uid types.UID) {
+	k.mu.Lock()
+	k.deleted[uid] = true
+	k.mu.Unlock()
+	k.dev.release(string(uid))
+}
+
+func (k *Kubelet) isDeleted(uid types.UID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deleted[uid]
 }
 
 // admissionLoop admits pods one at a time, like the kubelet's HandlePodAdditions.
@@ -111,11 +127,15 @@ func (k *Kubelet) admissionLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case p := <-k.queue:
-			if k.seen[p.UID] {
+			if k.seen[p.UID] || k.isDeleted(p.UID) {
 				continue
 			}
 			k.seen[p.UID] = true
 			allocs, err := k.dev.admit(ctx, p)
+			if k.isDeleted(p.UID) {
+				k.dev.release(string(p.UID)) // deleted while being admitted
+				continue
+			}
 			if err != nil {
 				k.dev.release(string(p.UID))
 				klog.InfoS("Pod rejected at admission", "pod", klog.KObj(p), "err", err)
@@ -148,7 +168,7 @@ func (k *Kubelet) runPod(ctx context.Context, p *corev1.Pod, allocs map[string]*
 			if backoff < 10*time.Second {
 				backoff *= 2
 			}
-			if k.deleted(ctx, p) {
+			if k.podGone(ctx, p) {
 				return
 			}
 		}
@@ -172,7 +192,7 @@ func (k *Kubelet) runPod(ctx context.Context, p *corev1.Pod, allocs map[string]*
 	k.setSucceeded(ctx, p)
 }
 
-func (k *Kubelet) deleted(ctx context.Context, p *corev1.Pod) bool {
+func (k *Kubelet) podGone(ctx context.Context, p *corev1.Pod) bool {
 	cur, err := k.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err) || (err == nil && (cur.UID != p.UID || cur.DeletionTimestamp != nil))
 }
