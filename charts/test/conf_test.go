@@ -14,6 +14,7 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/plugins"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/cli"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
@@ -119,5 +120,23 @@ func TestCustomConfCarriesTheChosenArguments(t *testing.T) {
 	}
 	if !deviceshare {
 		t.Errorf("the custom tiers' deviceshare entry (GPU number sharing off, VGPUEnable off) was dropped")
+	}
+}
+
+// `tessera explain --scheduler-configmap` reads the chart's ConfigMap: the CLI must
+// come to the same arguments as the scheduler from it.
+func TestTheCLIReadsTheChartsConfLikeTheScheduler(t *testing.T) {
+	for _, values := range []string{"", "testdata/custom-values.yaml"} {
+		r := MustRender(t, values)
+		want := vgpuArgs(t, schedulerConf(t, r))
+		var cm corev1.ConfigMap
+		r.Get(t, "ConfigMap", "gpu-tessera-scheduler-conf", &cm)
+		got, err := cli.ArgsFromConf(cm.Data["volcano-scheduler.conf"])
+		if err != nil {
+			t.Errorf("%q: the CLI rejects the chart's conf: %v", values, err)
+		}
+		if got != want {
+			t.Errorf("%q: CLI reads %+v, scheduler %+v", values, got, want)
+		}
 	}
 }
