@@ -79,6 +79,11 @@ type options struct {
 
 // Run executes one cluster command (nodes, pod, explain, report).
 func Run(ctx context.Context, env Env, command string, args []string) error {
+	switch command {
+	case "nodes", "pod", "explain", "report":
+	default:
+		return fmt.Errorf("%w: unknown command %q", ErrUsage, command)
+	}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	var o options

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the tests run this binary's main with chosen arguments.
+func TestMain(m *testing.M) {
+	if os.Getenv("TESSERA_CLI_MAIN") == "1" {
+		os.Args = append([]string{"tessera"}, strings.Fields(os.Getenv("TESSERA_CLI_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runMain(t *testing.T, args string, env ...string) (stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{"TESSERA_CLI_MAIN=1", "TESSERA_CLI_ARGS=" + args}, env...)...)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return errOut.String(), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return errOut.String(), 0
+}
+
+func TestExitCodesAndAQuietStart(t *testing.T) {
+	home := t.TempDir() // no ~/.kube/config: the case where a Volcano package logs from its init
+	missing := filepath.Join(home, "missing")
+	for _, c := range []struct {
+		args string
+		code int
+		want string
+	}{
+		{"", 2, "usage: tessera"},
+		{"frobnicate", 2, `unknown command "frobnicate"`},
+		{"pod", 2, "pod takes one pod name"},
+		{"nodes --kubeconfig " + missing, 1, "tessera nodes: kubeconfig:"},
+	} {
+		stderr, code := runMain(t, c.args, "HOME="+home, "KUBECONFIG=")
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("tessera %s: exit %d, want %d; stderr lacks %q:\n%s", c.args, code, c.code, c.want, stderr)
+		}
+		if strings.Contains(stderr, "hamivgpu") || strings.Contains(stderr, "kubeclient") {
+			t.Errorf("tessera %s: a dependency's init log reached the user:\n%s", c.args, stderr)
+		}
+	}
+}
