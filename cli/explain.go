@@ -110,25 +110,9 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 	return v
 }
 
-// request parses the pod's demand exactly as the plugin's parseRequest does.
+// request parses the pod's demand with the plugin's own parser.
 func (s *Snapshot) request(pod *corev1.Pod) (*engine.Request, error) {
-	cs, err := s.Args.Resources.ContainerRequests(pod)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := api.ParsePodOptions(pod.Annotations)
-	if err != nil {
-		return nil, err
-	}
-	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: s.Args.CardPolicy, NodePolicy: s.Args.NodePolicy,
-		TopologyWeight: s.Args.TopologyWeight}
-	if opts.CardPolicy != "" {
-		r.CardPolicy = opts.CardPolicy
-	}
-	if opts.NodePolicy != "" {
-		r.NodePolicy = opts.NodePolicy
-	}
-	return r, nil
+	return s.Args.Request(pod)
 }
 
 // WriteExplain prints the verdict for people.

@@ -69,82 +69,23 @@ const (
 	SourceHAMi    = "hami"
 )
 
-// nodeInventory reads a node's cards by the plugin's rules: tessera.io/inventory
-// (refused when its heartbeat is older than the timeout), else the HAMi volcano
-// device plugin's registration. nil, "", nil: the node has no vGPU cards.
+// nodeInventory reads a node's cards by the plugin's own rules (vgpu.NodeInventory)
+// and says which annotation they came from. nil, "", nil: the node has no vGPU cards.
 func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, string, error) {
-	if s, ok := node.Annotations[api.AnnotationInventory]; ok {
-		inv, err := api.DecodeInventory(s)
-		if err != nil {
-			return nil, SourceTessera, err
-		}
-		if hb, ok := node.Annotations[api.AnnotationHeartbeat]; ok && heartbeatTimeout > 0 {
-			t, err := time.Parse(time.RFC3339, hb)
-			if err != nil {
-				return nil, SourceTessera, fmt.Errorf("%w: annotation %s: %q is not an RFC 3339 time", api.ErrInvalid, api.AnnotationHeartbeat, hb)
-			}
-			if age := now.Sub(t); age > heartbeatTimeout {
-				return nil, SourceTessera, fmt.Errorf("node agent heartbeat is %s old (limit %s)", age.Round(time.Second), heartbeatTimeout)
-			}
-		}
-		return inv, SourceTessera, nil
+	source := ""
+	switch {
+	case node.Annotations[api.AnnotationInventory] != "":
+		source = SourceTessera
+	case node.Annotations[api.VolcanoNodeRegister] != "":
+		source = SourceHAMi
 	}
-	if s, ok := node.Annotations[api.VolcanoNodeRegister]; ok {
-		cards, err := api.DecodeVolcanoNodeRegister(s)
-		if err != nil {
-			return nil, SourceHAMi, err
-		}
-		return api.InventoryFromVolcano(cards), SourceHAMi, nil
-	}
-	return nil, "", nil
+	inv, err := vgpu.NodeInventory(node, now, heartbeatTimeout)
+	return inv, source, err
 }
 
-// podAssignment reads the cards a placed pod holds, by the plugin's rules:
-// tessera.io/assignment, else Volcano's volcano.sh/vgpu-ids-new with the class of
-// tessera.io/qos. ok is false when the pod carries neither.
-func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
-	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
-		a, err := api.DecodeAssignment(s)
-		if err != nil {
-			return nil, "", true, err
-		}
-		return a.Containers, a.QoS, true, nil
-	}
-	qos, err = api.ParseQoSClass(pod.Annotations[api.AnnotationQoS])
-	if err != nil {
-		qos = api.DefaultQoS
-	}
-	if s, found := pod.Annotations[api.VolcanoAssignedIDs]; found {
-		per, err := api.DecodeVolcanoPodDevices(s)
-		if err != nil {
-			return nil, "", true, err
-		}
-		names := vgpuContainerNames(pod)
-		for i, cards := range per {
-			name := fmt.Sprintf("#%d", i)
-			if i < len(names) {
-				name = names[i]
-			}
-			cs = append(cs, api.ContainerAssignment{Name: name, Cards: cards})
-		}
-		return cs, qos, true, nil
-	}
-	return nil, "", false, nil
-}
-
-// vgpuContainerNames lists the containers that request vGPU resources, in spec
-// order: the positions of Volcano's per-container grammar.
-func vgpuContainerNames(pod *corev1.Pod) []string {
-	var names []string
-	for _, c := range pod.Spec.Containers {
-		for r := range c.Resources.Limits {
-			if r == api.ResourceNumber || r == api.ResourceMemory || r == api.ResourceMemoryPercentage || r == api.ResourceCores {
-				names = append(names, c.Name)
-				break
-			}
-		}
-	}
-	return names
+// podAssignment reads the cards a placed pod holds by the plugin's own rules.
+func podAssignment(pod *corev1.Pod) ([]api.ContainerAssignment, api.QoSClass, bool, error) {
+	return vgpu.PodCards(pod)
 }
 
 // Queue is the Volcano queue of a pod, "" when it names none.

@@ -46,10 +46,12 @@ var (
 	registrations decodeCache[*api.NodeInventory]
 )
 
-// nodeInventory reads a node's cards: Tessera's own inventory first, then the HAMi
+// NodeInventory reads a node's cards as the plugin does: Tessera's own inventory
+// first (refused when its heartbeat is older than heartbeatTimeout), then the HAMi
 // volcano device plugin's registration. It returns nil, nil for a node without
 // vGPU cards, and an error a user can act on when the annotations are unusable.
-func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, error) {
+// The CLI's explain and nodes commands call it so that they see what the scheduler sees.
+func NodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, error) {
 	if s, ok := node.Annotations[api.AnnotationInventory]; ok {
 		inv, err := inventories.get(s, api.DecodeInventory)
 		if err != nil {
@@ -78,11 +80,12 @@ func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 	return nil, nil
 }
 
-// podAssignment reads the cards a placed pod holds and its QoS class: Tessera's
+// PodCards reads the cards a placed pod holds and its QoS class: Tessera's
 // annotation, then Volcano's, whose pods take the class of their tessera.io/qos
-// annotation (the default when absent or unreadable: the pod is placed already).
+// annotation (the default when absent or unreadable: the pod is placed already) and
+// whose positional entries are named after the pod's vGPU containers in spec order.
 // ok is false when the pod carries neither.
-func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+func PodCards(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
 	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
 		a, err := assignments.get(s, api.DecodeAssignment)
 		if err != nil {
@@ -99,10 +102,31 @@ func podAssignment(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSCl
 		if err != nil {
 			return nil, "", true, err
 		}
+		names := vgpuContainerNames(pod)
 		for i, cards := range per {
-			cs = append(cs, api.ContainerAssignment{Name: fmt.Sprintf("#%d", i), Cards: cards})
+			name := fmt.Sprintf("#%d", i)
+			if i < len(names) {
+				name = names[i]
+			}
+			cs = append(cs, api.ContainerAssignment{Name: name, Cards: cards})
 		}
 		return cs, qos, true, nil
 	}
 	return nil, "", false, nil
+}
+
+// vgpuContainerNames lists the containers that request Volcano's vGPU resources, in
+// spec order: the positions of Volcano's per-container grammar.
+func vgpuContainerNames(pod *corev1.Pod) []string {
+	names := api.DefaultResourceNames()
+	var out []string
+	for _, c := range pod.Spec.Containers {
+		for _, r := range []corev1.ResourceName{names.Number, names.Memory, names.MemoryPercentage, names.Cores} {
+			if _, ok := c.Resources.Limits[r]; ok {
+				out = append(out, c.Name)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -18,7 +18,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		if ni.Node == nil {
 			continue
 		}
-		inv, err := nodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
+		inv, err := NodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
 			l.unusable[name] = err.Error()
 			klog.V(4).InfoS("Node's vGPU inventory is unusable", "node", name, "err", err)
@@ -43,7 +43,7 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 		return
 	}
-	cs, qos, ok, err := podAssignment(task.Pod)
+	cs, qos, ok, err := PodCards(task.Pod)
 	if err != nil {
 		klog.ErrorS(err, "Pod on node carries a malformed vGPU assignment; its cards cannot be accounted",
 			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name)

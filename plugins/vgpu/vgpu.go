@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -93,23 +94,35 @@ func (p *vgpuPlugin) request(task *vapi.TaskInfo) *taskRequest {
 }
 
 func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
-	cs, err := p.args.Resources.ContainerRequests(task.Pod)
+	r, err := p.args.Request(task.Pod)
 	if err != nil {
 		return &taskRequest{err: err}
 	}
-	opts, err := api.ParsePodOptions(task.Pod.Annotations)
+	r.GangSize = p.gangs[task.Job]
+	return &taskRequest{req: r}
+}
+
+// Request reads a pod's vGPU demand and options with these arguments' defaults,
+// exactly as the plugin's predicate sees it (without the gang size, which needs the
+// session). The CLI's explain command calls it.
+func (a Args) Request(pod *corev1.Pod) (*engine.Request, error) {
+	cs, err := a.Resources.ContainerRequests(pod)
 	if err != nil {
-		return &taskRequest{err: err}
+		return nil, err
 	}
-	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: p.args.CardPolicy, NodePolicy: p.args.NodePolicy,
-		TopologyWeight: p.args.TopologyWeight, GangSize: p.gangs[task.Job]}
+	opts, err := api.ParsePodOptions(pod.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: a.CardPolicy, NodePolicy: a.NodePolicy,
+		TopologyWeight: a.TopologyWeight}
 	if opts.CardPolicy != "" {
 		r.CardPolicy = opts.CardPolicy
 	}
 	if opts.NodePolicy != "" {
 		r.NodePolicy = opts.NodePolicy
 	}
-	return &taskRequest{req: r}
+	return r, nil
 }
 
 func init() {
