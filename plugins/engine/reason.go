@@ -2,11 +2,11 @@ package engine
 
 import (
 	"fmt"
-
-	"github.com/tessera-gpu/tessera/api"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tessera-gpu/tessera/api"
 )
 
 // Reason is why a card cannot take a container.
@@ -64,6 +64,29 @@ type FitError struct {
 	// NUMA is set when enough cards fit but no NUMA node has Wanted of them while
 	// the pod asks for api.AnnotationNUMABind; it counts the fitting cards per node.
 	NUMA string
+}
+
+// ReasonTooFewCards and ReasonNUMA summarise refusals no single card explains.
+const (
+	ReasonTooFewCards Reason = "too few cards"
+	ReasonNUMA        Reason = "not on one NUMA node"
+)
+
+// Dominant is the reason most cards gave (ties to the first in filter order), for
+// metrics that count pending pods by reason.
+func (e *FitError) Dominant() Reason {
+	if e.NUMA != "" {
+		return ReasonNUMA
+	}
+	best, n := ReasonTooFewCards, 0
+	counts := map[Reason]int{}
+	for _, r := range e.Rejects {
+		counts[r.Reason]++
+		if c := counts[r.Reason]; c > n {
+			best, n = r.Reason, c
+		}
+	}
+	return best
 }
 
 // Error is the short, per-node summary that Volcano aggregates across nodes, e.g.

@@ -1,6 +1,8 @@
 package vgpu
 
 import (
+	"time"
+
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +27,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	if tr == nil || tr.err != nil {
 		return
 	}
+	defer timed("allocate", time.Now())
 	l := p.ledger
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -67,7 +67,7 @@ func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
 
 // pendingVGPU returns the job's pending tasks' requests; a malformed one ends the
 // search with its reason.
-func (p *vgpuPlugin) pendingVGPU(job *vapi.JobInfo) (reqs []*engine.Request, others int, err error) {
+func (p *vgpuPlugin) pendingVGPU(job *vapi.JobInfo) (reqs []*taskRequest, others int, err error) {
 	for _, t := range job.TaskStatusIndex[vapi.Pending] {
 		tr := p.request(t)
 		switch {
@@ -76,7 +76,7 @@ func (p *vgpuPlugin) pendingVGPU(job *vapi.JobInfo) (reqs []*engine.Request, oth
 		case tr.err != nil:
 			return nil, 0, fmt.Errorf("task %s: %w", t.Name, tr.err)
 		default:
-			reqs = append(reqs, tr.req)
+			reqs = append(reqs, tr)
 		}
 	}
 	return reqs, others, nil
@@ -114,9 +114,10 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 // exceeds reports why the cheapest need members of reqs cannot fit in capacity c,
 // or "" when they might. Cheapest first: if even they exceed it, no choice of
 // members fits.
-func exceeds(reqs []*engine.Request, need int, c demand, smallestMiB int64, what string) string {
+func exceeds(reqs []*taskRequest, need int, c demand, smallestMiB int64, what string) string {
 	ds := make([]demand, len(reqs))
-	for i, r := range reqs {
+	for i, tr := range reqs {
+		r := tr.req
 		ds[i] = taskDemand(r, smallestMiB)
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].memoryMiB < ds[j].memoryMiB })
@@ -153,8 +154,9 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 	}
 	placeable := int(job.ReadyTaskNum()) + others
 	var firstWhy string
-	for _, r := range reqs {
-		if why := p.ledger.neverFits(r); why != "" {
+	for _, tr := range reqs {
+		if why, category := p.ledger.neverFits(tr.req); why != "" {
+			tr.refused.add(category)
 			if firstWhy == "" {
 				firstWhy = why
 			}
@@ -206,11 +208,12 @@ func (l *ledger) noCardsReason() string {
 	return "no node has usable vGPU cards (" + strings.Join(parts, "; ") + ")"
 }
 
-// neverFits returns why a request fits no node even with every card idle, or "".
-func (l *ledger) neverFits(r *engine.Request) string {
+// neverFits returns why a request fits no node even with every card idle, or "",
+// and the reason category for the pending metric.
+func (l *ledger) neverFits(r *engine.Request) (why, category string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	why := l.noCardsReason()
+	why, category = l.noCardsReason(), pendingNoInventory
 	for _, n := range l.nodes {
 		idle := n.Clone()
 		for i := range idle.Cards {
@@ -218,9 +221,9 @@ func (l *ledger) neverFits(r *engine.Request) string {
 		}
 		_, ferr := engine.FitPod(idle, r)
 		if ferr == nil {
-			return ""
+			return "", ""
 		}
-		why = ferr.Error()
+		why, category = ferr.Error(), refusalOf(ferr)
 	}
-	return why
+	return why, category
 }

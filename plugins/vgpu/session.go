@@ -1,6 +1,8 @@
 package vgpu
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -94,11 +96,14 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 	if tr.err != nil {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
+	defer timed("predicate", time.Now())
 	ferr, why := p.ledger.score(task.UID, node.Name, tr.req)
 	switch {
 	case why != "":
+		tr.refused.add(pendingNoInventory)
 		return unresolvable(task, node, "vgpu: "+why)
 	case ferr != nil:
+		tr.refused.add(refusalOf(ferr))
 		klog.V(5).InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
 		code := vapi.UnschedulableAndUnresolvable
 		if ferr.Resolvable() {
@@ -119,6 +124,7 @@ func (p *vgpuPlugin) nodeOrder(task *vapi.TaskInfo, node *vapi.NodeInfo) (float6
 	if tr == nil || tr.err != nil {
 		return 0, nil
 	}
+	defer timed("node_order", time.Now())
 	s, ok := p.ledger.cachedScore(task.UID, node.Name, tr.req)
 	if !ok {
 		return 0, nil

@@ -37,6 +37,8 @@ type vgpuPlugin struct {
 type taskRequest struct {
 	req *engine.Request
 	err error
+	// refused counts the reasons nodes gave this session, for the pending metric.
+	refused refusals
 }
 
 // New builds the plugin for one session.
@@ -67,11 +69,14 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	ssn.AddJobEnqueueableFn(PluginName, p.jobEnqueueable)
 	ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onAllocate, DeallocateFunc: p.onDeallocate})
 
+	took := p.now().Sub(start)
+	metricOpen.Observe(took.Seconds())
 	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
-		"inFlight", p.store.len(), "droppedInFlight", dropped, "duration", p.now().Sub(start))
+		"inFlight", p.store.len(), "droppedInFlight", dropped, "duration", took)
 }
 
 func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
+	p.publishMetrics(ssn)
 	klog.V(3).InfoS("vgpu session closed", "booked", len(p.ledger.booked))
 }
 
