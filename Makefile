@@ -67,7 +67,7 @@ ENSURE_ETCD = e2e/ensure-etcd.sh
 ## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
 e2e:
 	@$(ENSURE_ETCD)
-	cd e2e && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
+	cd e2e && $(GO) vet ./... && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:
