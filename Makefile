@@ -7,7 +7,7 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: all build build-go vgpu-core test test-go test-race test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
+.PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
 
 all: build
 
@@ -15,13 +15,14 @@ build: build-go vgpu-core
 
 build-go:
 	$(GO) build -o $(BIN)/ ./cmd/...
+	ln -sf tessera $(BIN)/kubectl-tessera
 
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
 ## test: everything CI runs: lint, Go unit/integration tests, the race detector on the
 ## concurrent node agent, short fuzzing, vgpu-core's C suite.
-test: lint test-go test-race fuzz test-vgpu-core
+test: lint test-go test-race fuzz test-vgpu-core chart-test
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
@@ -29,7 +30,7 @@ test-go:
 # The node agent serves the kubelet and the API server concurrently; its tests run
 # under the race detector (Volcano-based packages would double the build for little).
 test-race:
-	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/...
+	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/... ./plugins/engine/...
 
 test-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi
@@ -41,7 +42,22 @@ fuzz:
 		$(GO) test ./api -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
+## chart-test: render the Helm chart with Helm's Go library and check it (its own module,
+## so Helm's dependencies stay out of the product's go.mod).
+chart-test:
+	cd charts/test && $(GO) vet ./... && $(GO) test -p 1 -count=1 ./...
+
+## chart-test-apiserver: the same plus a server-side dry-run of the chart and the CLI
+## against a real kube-apiserver + etcd (uses the binary `make e2e` builds).
+chart-test-apiserver:
+	cd charts/test && TESSERA_KUBE_APISERVER=$(CURDIR)/e2e/.cache/bin/kube-apiserver $(GO) test -p 1 -count=1 ./...
+
+## bench-topology: our card-set search against NVIDIA's go-gpuallocator, side by side (its own module).
+bench-topology:
+	cd bench/topology && $(GO) test -run '^$$' -bench Allocators . && $(GO) test -run '^$$' -bench RandomNodes -benchtime 20x .
+
 lint:
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
