@@ -193,6 +193,11 @@ func (l *ledger) noCardsReason() string {
 	if len(l.unusable) == 0 {
 		return "no node has vGPU cards"
 	}
+	return "no node has usable vGPU cards (" + l.unusableSummary() + ")"
+}
+
+// unusableSummary names up to three nodes whose inventory was refused, and why.
+func (l *ledger) unusableSummary() string {
 	names := make([]string, 0, len(l.unusable))
 	for n := range l.unusable {
 		names = append(names, n)
@@ -205,7 +210,7 @@ func (l *ledger) noCardsReason() string {
 	if len(names) > 3 {
 		parts = append(parts, fmt.Sprintf("and %d more", len(names)-3))
 	}
-	return "no node has usable vGPU cards (" + strings.Join(parts, "; ") + ")"
+	return strings.Join(parts, "; ")
 }
 
 // neverFits returns why a request fits no node even with every card idle, or "",
@@ -224,6 +229,10 @@ func (l *ledger) neverFits(r *engine.Request) (why, category string) {
 			return "", ""
 		}
 		why, category = ferr.Error(), refusalOf(ferr)
+	}
+	if len(l.unusable) > 0 && len(l.nodes) > 0 {
+		// The node that would fit may be one whose agent is gone: say so.
+		why += "; nodes whose vGPU inventory is unusable: " + l.unusableSummary()
 	}
 	return why, category
 }
