@@ -110,27 +110,30 @@ func (n *Node) Reserve(cs []api.ContainerAssignment, qos api.QoSClass) error {
 // even if it over-commits a card: ignoring it would hand the same memory out twice.
 // It returns the problems it found so the caller can log them.
 func (n *Node) Account(cs []api.ContainerAssignment, qos api.QoSClass) []error {
-	var errs []error
-	for _, c := range cs {
-		for _, a := range c.Cards {
-			card := n.Card(a.UUID)
-			if card == nil {
-				errs = append(errs, fmt.Errorf("node %s has no card %s", n.Name, a.UUID))
-				continue
-			}
-			card.Used.add(tenantUsage(a, qos))
-			if card.FreeMiB() < 0 || card.FreeCores() < 0 || card.Used.Tenants > card.Shares {
-				errs = append(errs, fmt.Errorf("card %d (%s) on %s is over-committed: %d/%d MiB, %d%% cores, %d/%d tenants",
-					card.Index, card.UUID, n.Name, card.Used.MemoryMiB, card.CapacityMiB, card.Used.Cores, card.Used.Tenants, card.Shares))
-			}
+	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
+		card.Used.add(tenantUsage(a, qos))
+		if card.FreeMiB() < 0 || card.FreeCores() < 0 || card.Used.Tenants > card.Shares {
+			return fmt.Errorf("card %d (%s) on %s is over-committed: %d/%d MiB, %d%% cores, %d/%d tenants",
+				card.Index, card.UUID, n.Name, card.Used.MemoryMiB, card.CapacityMiB, card.Used.Cores, card.Used.Tenants, card.Shares)
 		}
-	}
-	return errs
+		return nil
+	})
 }
 
 // Release returns an assignment's cards, booked with class qos. Usage never goes
 // below zero; a release that would is reported.
 func (n *Node) Release(cs []api.ContainerAssignment, qos api.QoSClass) []error {
+	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
+		if err := card.Used.sub(tenantUsage(a, qos)); err != nil {
+			return fmt.Errorf("card %d (%s) on %s: %w", card.Index, card.UUID, n.Name, err)
+		}
+		return nil
+	})
+}
+
+// eachCard applies f to every card of an assignment, collecting the problems,
+// including cards the node does not have.
+func (n *Node) eachCard(cs []api.ContainerAssignment, f func(*CardState, api.CardAssignment) error) []error {
 	var errs []error
 	for _, c := range cs {
 		for _, a := range c.Cards {
@@ -139,8 +142,8 @@ func (n *Node) Release(cs []api.ContainerAssignment, qos api.QoSClass) []error {
 				errs = append(errs, fmt.Errorf("node %s has no card %s", n.Name, a.UUID))
 				continue
 			}
-			if err := card.Used.sub(tenantUsage(a, qos)); err != nil {
-				errs = append(errs, fmt.Errorf("card %d (%s) on %s: %w", card.Index, card.UUID, n.Name, err))
+			if err := f(card, a); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
