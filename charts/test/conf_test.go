@@ -84,7 +84,7 @@ func TestDefaultConfEnablesVGPUWithItsDefaults(t *testing.T) {
 	if got.NodePolicy != want.NodePolicy || got.CardPolicy != want.CardPolicy || got.Weight != want.Weight ||
 		got.TopologyWeight != want.TopologyWeight || got.MemoryOversubscription != want.MemoryOversubscription ||
 		got.HeartbeatTimeout != want.HeartbeatTimeout || got.PendingTTL != want.PendingTTL ||
-		got.VolcanoCompat != want.VolcanoCompat || got.Resources != want.Resources {
+		got.VolcanoCompat != want.VolcanoCompat || got.QueueShare != want.QueueShare || got.Resources != want.Resources {
 		t.Errorf("chart defaults differ from the plugin's documented defaults:\n got %+v\nwant %+v", got, want)
 	}
 	var names []string
@@ -108,7 +108,7 @@ func TestCustomConfCarriesTheChosenArguments(t *testing.T) {
 	tiers := schedulerConf(t, MustRender(t, "testdata/custom-values.yaml"))
 	got := vgpuArgs(t, tiers)
 	if got.NodePolicy != api.PolicySpread || got.CardPolicy != api.PolicyTopology || got.Weight != 20 ||
-		got.MemoryOversubscription != 1.5 || got.HeartbeatTimeout != 45*time.Second || !got.VolcanoCompat ||
+		got.MemoryOversubscription != 1.5 || got.HeartbeatTimeout != 45*time.Second || !got.VolcanoCompat || got.QueueShare ||
 		got.Resources.Number != "example.com/vgpu" {
 		t.Errorf("custom vgpu arguments not carried: %+v", got)
 	}

@@ -22,6 +22,7 @@ const (
 	argHeartbeatTimeout = "vgpu.HeartbeatTimeout"
 	argVolcanoCompat    = "vgpu.VolcanoCompat"
 	argPendingTTL       = "vgpu.PendingTTL"
+	argQueueShare       = "vgpu.QueueShare"
 	argResourceNumber   = "vgpu.ResourceNumber"
 	argResourceMemory   = "vgpu.ResourceMemory"
 	argResourceMemPct   = "vgpu.ResourceMemoryPercentage"
@@ -51,6 +52,10 @@ type Args struct {
 	// PendingTTL bounds how long an assignment not yet seen in the informer cache
 	// keeps its cards booked.
 	PendingTTL time.Duration
+	// QueueShare divides the cluster's card memory and compute among the queues by
+	// weight (and each queue's vgpu-memory/vgpu-cores capability), and holds every
+	// queue's vGPU tasks to its share (default true).
+	QueueShare bool
 	Resources  api.ResourceNames
 }
 
@@ -64,6 +69,7 @@ func DefaultArgs() Args {
 		MemoryOversubscription: 1,
 		HeartbeatTimeout:       90 * time.Second,
 		PendingTTL:             10 * time.Minute,
+		QueueShare:             true,
 		Resources:              api.DefaultResourceNames(),
 	}
 }
@@ -131,6 +137,13 @@ func ParseArgs(in framework.Arguments) (Args, error) {
 			a.VolcanoCompat = b
 		} else {
 			bad(argVolcanoCompat, v, "true or false")
+		}
+	}
+	if v, ok := in[argQueueShare]; ok {
+		if b, ok := toBool(v); ok {
+			a.QueueShare = b
+		} else {
+			bad(argQueueShare, v, "true or false")
 		}
 	}
 	for key, dst := range map[string]*corev1.ResourceName{argResourceNumber: &a.Resources.Number,

@@ -22,6 +22,10 @@ func TestParseArgs(t *testing.T) {
 			"argument vgpu.TopologyWeight: 50 (int): want a number in 0..10"},
 		{"topology is a card policy", framework.Arguments{argCardPolicy: "topology"}, func(a Args) bool { return a.CardPolicy == api.PolicyTopology }, ""},
 		{"topology is a node policy", framework.Arguments{argNodePolicy: "topology"}, func(a Args) bool { return a.NodePolicy == api.PolicyTopology }, ""},
+		{"queues share cards by weight by default", nil, func(a Args) bool { return a.QueueShare }, ""},
+		{"queue sharing can be turned off", framework.Arguments{argQueueShare: "false"}, func(a Args) bool { return !a.QueueShare }, ""},
+		{"a queue-share value that is not a bool keeps the default", framework.Arguments{argQueueShare: "sometimes"}, func(a Args) bool { return a.QueueShare },
+			"argument vgpu.QueueShare: sometimes (string): want true or false"},
 		{"an unknown policy names the choices", framework.Arguments{argNodePolicy: "pack"}, func(a Args) bool { return a.NodePolicy == api.PolicyBinpack },
 			"want binpack, spread or topology"},
 	} {

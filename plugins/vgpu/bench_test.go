@@ -52,7 +52,7 @@ const (
 func BenchmarkSession(b *testing.B) {
 	patches := startFakeAPIServer(b)
 	shipped := hamiKubeClient
-	for _, mode := range []string{"none", "tessera", "tessera-spread", "deviceshare-unthrottled", "deviceshare"} {
+	for _, mode := range []string{"none", "tessera", "tessera-noqueueshare", "tessera-spread", "deviceshare-unthrottled", "deviceshare"} {
 		b.Run(mode, func(b *testing.B) {
 			hamiKubeClient = shipped
 			if mode == "deviceshare-unthrottled" {
@@ -109,6 +109,8 @@ func benchTiers(mode string) []conf.Tier {
 			deviceshare.VGPUEnable: true, deviceshare.SchedulePolicyArgument: "binpack", deviceshare.ScheduleWeight: 10}})
 	case "tessera":
 		opts = append(opts, conf.PluginOption{Name: PluginName})
+	case "tessera-noqueueshare":
+		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{argQueueShare: false}})
 	case "tessera-spread":
 		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{argNodePolicy: "spread"}})
 	}

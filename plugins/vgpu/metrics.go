@@ -32,6 +32,10 @@ var (
 		Namespace: "tessera", Subsystem: "scheduler", Name: "card_tenants",
 		Help: "Containers sharing the card.",
 	}, []string{"node", "card", "uuid"})
+	metricQueueShare = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_share",
+		Help: "Each queue's card memory (MiB) and cores (card percent) at the end of the last session: deserved, allocated and requested.",
+	}, []string{"queue", "resource", "kind"})
 	metricPending = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
 		Help: "vGPU tasks left pending by the last session, by the reason most nodes gave.",
@@ -53,6 +57,7 @@ const (
 	pendingNoInventory = "no usable vGPU inventory"
 	pendingGang        = "gang does not fit"
 	pendingNotTried    = "not tried"
+	pendingQueueShare  = "queue at its share"
 )
 
 // refusals counts, per task, the reasons nodes gave in this session.
@@ -86,7 +91,7 @@ func refusalOf(ferr *engine.FitError) string { return string(ferr.Dominant()) }
 
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
-	for _, v := range []*prometheus.GaugeVec{metricCardMemory, metricCardCapacity, metricCardCores, metricCardTenants, metricPending} {
+	for _, v := range []*prometheus.GaugeVec{metricCardMemory, metricCardCapacity, metricCardCores, metricCardTenants, metricPending, metricQueueShare} {
 		v.Reset()
 	}
 	p.ledger.mu.RLock()
@@ -100,6 +105,9 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 		}
 	}
 	p.ledger.mu.RUnlock()
+	if p.shares != nil {
+		p.shares.publish()
+	}
 	for _, job := range ssn.Jobs {
 		for _, task := range job.TaskStatusIndex[vapi.Pending] {
 			tr := p.request(task)

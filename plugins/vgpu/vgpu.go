@@ -23,6 +23,8 @@ const PluginName = "vgpu"
 type vgpuPlugin struct {
 	args   Args
 	ledger *ledger
+	// shares is nil when vgpu.QueueShare is off.
+	shares *queueShares
 	store  *pendingStore
 	now    func() time.Time
 
@@ -68,6 +70,12 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	ssn.AddJobValidFn(PluginName, p.jobValid)
 	ssn.AddJobEnqueueableFn(PluginName, p.jobEnqueueable)
 	ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onAllocate, DeallocateFunc: p.onDeallocate})
+	if p.args.QueueShare {
+		// After the cards are booked, so that a queue is charged what its task holds.
+		p.shares = p.buildShares(ssn)
+		ssn.AddAllocatableFn(PluginName, func(q *vapi.QueueInfo, t *vapi.TaskInfo) bool { return p.allocatable(ssn, q, t) })
+		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced(ssn), DeallocateFunc: p.onUnplaced})
+	}
 
 	took := p.now().Sub(start)
 	metricOpen.Observe(took.Seconds())

@@ -50,6 +50,7 @@ arguments:
   vgpu.MemoryOversubscription: {{ $v.memoryOversubscription }}
   vgpu.HeartbeatTimeout: {{ $v.heartbeatTimeout | quote }}
   vgpu.PendingTTL: {{ $v.pendingTTL | quote }}
+  vgpu.QueueShare: {{ $v.queueShare }}
   vgpu.VolcanoCompat: {{ $v.volcanoCompat }}
   vgpu.ResourceNumber: {{ .Values.devicePlugin.config.resourceName | quote }}
 {{- end -}}

@@ -1,0 +1,135 @@
+package fairshare
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+func claim(w, mem, cores float64) Claim {
+	return Claim{Weight: w, Request: Amount{MemoryMiB: mem, Cores: cores}, Capability: Unlimited}
+}
+
+func TestDivide(t *testing.T) {
+	total := Amount{MemoryMiB: 1000, Cores: 400}
+	tests := []struct {
+		name   string
+		claims []Claim
+		want   []Amount
+	}{
+		{"both want everything: 3 to 1", []Claim{claim(3, 1000, 400), claim(1, 1000, 400)},
+			[]Amount{{750, 300}, {250, 100}}},
+		{"the light queue asks little: the heavy one gets the rest", []Claim{claim(3, 1000, 400), claim(1, 100, 20)},
+			[]Amount{{900, 380}, {100, 20}}},
+		{"nobody is short: everyone gets the request", []Claim{claim(3, 200, 100), claim(1, 300, 100)},
+			[]Amount{{200, 100}, {300, 100}}},
+		{"dimensions are divided independently", []Claim{claim(1, 1000, 10), claim(1, 10, 400)},
+			[]Amount{{990, 10}, {10, 390}}},
+		{"a capability caps the share and frees the rest", []Claim{
+			{Weight: 3, Request: Amount{1000, 400}, Capability: Amount{MemoryMiB: 300, Cores: math.Inf(1)}}, claim(1, 1000, 400)},
+			[]Amount{{300, 300}, {700, 100}}},
+		{"weight 0 deserves nothing", []Claim{claim(0, 500, 100), claim(1, 200, 100)},
+			[]Amount{{0, 0}, {200, 100}}},
+		{"three queues, one satisfied early", []Claim{claim(1, 1000, 400), claim(1, 1000, 400), claim(2, 100, 0)},
+			[]Amount{{450, 200}, {450, 200}, {100, 0}}},
+		{"no claims", nil, []Amount{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Divide(total, tt.claims)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d amounts, want %d", len(got), len(tt.want))
+			}
+			for i := range got {
+				if math.Abs(got[i].MemoryMiB-tt.want[i].MemoryMiB) > 1e-6 || math.Abs(got[i].Cores-tt.want[i].Cores) > 1e-6 {
+					t.Errorf("claim %d: got %v, want %v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDivideProperties checks, over random claims, what any fair division must
+// hold: nothing beyond the total, a request or a capability; everything handed out
+// when demand exceeds supply; and no queue short of its demand while another holds
+// more per unit of weight.
+func TestDivideProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for round := 0; round < 2000; round++ {
+		total := Amount{MemoryMiB: float64(r.Intn(100000)), Cores: float64(r.Intn(3200))}
+		claims := make([]Claim, 1+r.Intn(6))
+		for i := range claims {
+			claims[i] = claim(float64(r.Intn(5)), float64(r.Intn(60000)), float64(r.Intn(2000)))
+			if r.Intn(4) == 0 {
+				claims[i].Capability = Amount{MemoryMiB: float64(r.Intn(30000)), Cores: float64(r.Intn(900))}
+			}
+		}
+		got := Divide(total, claims)
+		dims := []struct {
+			name   string
+			of     func(Amount) float64
+			supply float64
+		}{{"memory", func(a Amount) float64 { return a.MemoryMiB }, total.MemoryMiB}, {"cores", func(a Amount) float64 { return a.Cores }, total.Cores}}
+		for _, d := range dims {
+			sum, demand := 0.0, 0.0
+			for i, c := range claims {
+				want := 0.0
+				if c.Weight > 0 {
+					want = math.Min(d.of(c.Request), d.of(c.Capability))
+				}
+				demand += want
+				sum += d.of(got[i])
+				if d.of(got[i]) > want+1e-6 || d.of(got[i]) < 0 {
+					t.Fatalf("round %d %s: claim %d got %v of demand %v", round, d.name, i, d.of(got[i]), want)
+				}
+				if d.of(got[i]) < want-1e-6 {
+					for j, o := range claims {
+						if o.Weight > 0 && d.of(got[j])/o.Weight > d.of(got[i])/c.Weight+1e-6 {
+							t.Fatalf("round %d %s: claim %d is short (%v of %v, weight %v) while claim %d holds %v at weight %v",
+								round, d.name, i, d.of(got[i]), want, c.Weight, j, d.of(got[j]), o.Weight)
+						}
+					}
+				}
+			}
+			if sum > d.supply+1e-6 {
+				t.Fatalf("round %d %s: handed out %v of %v", round, d.name, sum, d.supply)
+			}
+			if want := math.Min(demand, d.supply); sum < want-1e-6 {
+				t.Fatalf("round %d %s: handed out %v, want %v (demand %v, supply %v)", round, d.name, sum, want, demand, d.supply)
+			}
+		}
+	}
+}
+
+func TestWithin(t *testing.T) {
+	limit := Amount{MemoryMiB: 0.3 * 3, Cores: 100}
+	if !(Amount{MemoryMiB: 0.1 + 0.1 + 0.1 + 0.3 + 0.3, Cores: 100}).Within(limit) {
+		t.Error("float rounding refused an amount equal to the limit")
+	}
+	if (Amount{MemoryMiB: 0.9, Cores: 101}).Within(limit) {
+		t.Error("cores over the limit accepted")
+	}
+	if !(Amount{MemoryMiB: 1e12, Cores: 1e6}).Within(Unlimited) {
+		t.Error("unlimited refused")
+	}
+}
+
+func TestCost(t *testing.T) {
+	req := []api.ContainerRequest{
+		{Name: "a", Cards: 2, MemoryMiB: 1000, Cores: 30},
+		{Name: "b", Cards: 1, MemoryPercent: 50, Cores: 0},
+		{Name: "c", Cards: 1, MemoryPercent: 1, Cores: 100},
+	}
+	if got, want := Requested(req, 40000), (Amount{MemoryMiB: 2000 + 20000 + 400, Cores: 160}); got != want {
+		t.Errorf("Requested = %v, want %v", got, want)
+	}
+	if got := Requested([]api.ContainerRequest{{Cards: 1, MemoryPercent: 10}}, 0); got.MemoryMiB != 1 {
+		t.Errorf("a percentage with no known card size costs %v MiB, want the 1 MiB floor", got.MemoryMiB)
+	}
+	as := []api.ContainerAssignment{{Name: "a", Cards: []api.CardAssignment{{UUID: "x", MemoryMiB: 500, Cores: 20}, {UUID: "y", MemoryMiB: 700, Cores: 20}}}}
+	if got, want := Assigned(as), (Amount{MemoryMiB: 1200, Cores: 40}); got != want {
+		t.Errorf("Assigned = %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,277 @@
+package vgpu
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
+)
+
+// queueShares is one session's division of the cluster's card memory and compute
+// among the queues that have vGPU tasks. Volcano's proportion plugin weighs queues
+// by the resources it sees, and card memory and cores are not among them; this
+// holds each queue's vGPU tasks to its weighted share of what actually runs out.
+// Tasks without vGPU requests are never looked at.
+type queueShares struct {
+	mu    sync.Mutex
+	total fairshare.Amount
+	// refMiB is the mean card memory, to cost a percentage request before its
+	// card is chosen.
+	refMiB int64
+	order  []vapi.QueueID
+	queues map[vapi.QueueID]*queueShare
+	// charged is what each placed task counts for in its queue.
+	charged map[vapi.TaskID]charge
+}
+
+type queueShare struct {
+	name       string
+	weight     int32
+	capability fairshare.Amount
+	request    fairshare.Amount
+	allocated  fairshare.Amount
+	deserved   fairshare.Amount
+}
+
+// charge is a placed task's part of its queue: held is what it holds (exact once
+// its cards are chosen), asked what it counted for in the request while pending.
+type charge struct {
+	queue       vapi.QueueID
+	held, asked fairshare.Amount
+}
+
+// buildShares reads every queue's vGPU demand and holdings and divides the cards.
+func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
+	s := &queueShares{queues: map[vapi.QueueID]*queueShare{}, charged: map[vapi.TaskID]charge{}}
+	s.total, s.refMiB = cardTotals(p.ledger)
+	for _, job := range ssn.Jobs {
+		q, ok := ssn.Queues[job.Queue]
+		if !ok {
+			continue
+		}
+		for _, task := range job.Tasks {
+			if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
+				continue
+			}
+			switch {
+			case vapi.AllocatedStatus(task.Status):
+				held, ok := p.heldBy(task)
+				if !ok {
+					continue
+				}
+				qs := s.queue(q, p.args)
+				qs.allocated = qs.allocated.Add(held)
+				qs.request = qs.request.Add(held)
+				s.charged[task.UID] = charge{queue: q.UID, held: held, asked: held}
+			case task.Status == vapi.Pending:
+				tr := p.request(task)
+				if tr == nil || tr.err != nil {
+					continue
+				}
+				qs := s.queue(q, p.args)
+				qs.request = qs.request.Add(fairshare.Requested(tr.req.Containers, s.refMiB))
+			}
+		}
+	}
+	s.divide()
+	for _, id := range s.order {
+		q := s.queues[id]
+		klog.V(4).InfoS("vGPU queue share", "queue", q.name, "weight", q.weight, "deserved", q.deserved.String(),
+			"allocated", q.allocated.String(), "request", q.request.String())
+	}
+	return s
+}
+
+// cardTotals sums the schedulable memory and compute of every card that can take
+// vGPU tasks, and the mean card memory.
+func cardTotals(l *ledger) (fairshare.Amount, int64) {
+	var total fairshare.Amount
+	var physical, cards int64
+	for _, n := range l.nodes {
+		for _, c := range n.Cards {
+			if !c.Healthy || c.MIG {
+				continue
+			}
+			total.MemoryMiB += float64(c.CapacityMiB)
+			total.Cores += 100
+			physical += c.MemoryMiB
+			cards++
+		}
+	}
+	if cards == 0 {
+		return total, 0
+	}
+	return total, physical / cards
+}
+
+// heldBy is what a placed task holds: its assignment, or the in-flight one.
+func (p *vgpuPlugin) heldBy(task *vapi.TaskInfo) (fairshare.Amount, bool) {
+	cs, _, ok, err := PodCards(task.Pod)
+	if ok && err == nil {
+		return fairshare.Assigned(cs), true
+	}
+	if a, found := p.store.get(types.UID(task.UID)); found {
+		return fairshare.Assigned(a.Containers), true
+	}
+	return fairshare.Amount{}, false
+}
+
+func (s *queueShares) queue(q *vapi.QueueInfo, args Args) *queueShare {
+	if qs, ok := s.queues[q.UID]; ok {
+		return qs
+	}
+	qs := &queueShare{name: q.Name, weight: q.Weight, capability: fairshare.Unlimited}
+	if q.Queue != nil {
+		if v, ok := q.Queue.Spec.Capability[args.Resources.Memory]; ok {
+			qs.capability.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := q.Queue.Spec.Capability[args.Resources.Cores]; ok {
+			qs.capability.Cores = float64(v.Value())
+		}
+	}
+	s.queues[q.UID] = qs
+	s.order = append(s.order, q.UID)
+	sort.Slice(s.order, func(i, j int) bool { return s.order[i] < s.order[j] })
+	return qs
+}
+
+// divide recomputes every queue's deserved share; callers hold mu or own s.
+func (s *queueShares) divide() {
+	claims := make([]fairshare.Claim, len(s.order))
+	for i, id := range s.order {
+		q := s.queues[id]
+		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: q.request, Capability: q.capability}
+	}
+	for i, d := range fairshare.Divide(s.total, claims) {
+		s.queues[s.order[i]].deserved = d
+	}
+}
+
+// admit reports whether the queue may place a task asking cost; otherwise why.
+func (s *queueShares) admit(queue vapi.QueueID, cost fairshare.Amount) (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	if !ok {
+		return true, ""
+	}
+	after := q.allocated.Add(cost)
+	if after.Within(q.deserved) {
+		return true, ""
+	}
+	var weight int32
+	for _, o := range s.queues {
+		weight += o.weight
+	}
+	var over []string
+	if cost.MemoryMiB > 0 && !(fairshare.Amount{MemoryMiB: after.MemoryMiB}).Within(fairshare.Amount{MemoryMiB: q.deserved.MemoryMiB}) {
+		over = append(over, fmt.Sprintf("card memory %.0f MiB held + %.0f MiB asked > %.0f MiB deserved", q.allocated.MemoryMiB, cost.MemoryMiB, q.deserved.MemoryMiB))
+	}
+	if cost.Cores > 0 && !(fairshare.Amount{Cores: after.Cores}).Within(fairshare.Amount{Cores: q.deserved.Cores}) {
+		over = append(over, fmt.Sprintf("cores %.0f held + %.0f asked > %.0f deserved", q.allocated.Cores, cost.Cores, q.deserved.Cores))
+	}
+	if len(over) == 0 {
+		// Only a dimension the task does not ask for is over: nothing to hold it to.
+		return true, ""
+	}
+	return false, fmt.Sprintf("vgpu: queue %s is at its share of the cluster's cards (weight %d of %d): %s",
+		q.name, q.weight, weight, strings.Join(over, "; "))
+}
+
+// place charges a task to its queue; release takes the charge back.
+func (s *queueShares) place(task vapi.TaskID, queue vapi.QueueID, held, asked fairshare.Amount) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	if !ok {
+		return
+	}
+	q.allocated = q.allocated.Add(held)
+	q.request = q.request.Add(held).Sub(asked)
+	s.charged[task] = charge{queue: queue, held: held, asked: asked}
+	s.divide()
+}
+
+func (s *queueShares) release(task vapi.TaskID, backToPending bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.charged[task]
+	if !ok {
+		return
+	}
+	delete(s.charged, task)
+	q := s.queues[c.queue]
+	q.allocated = q.allocated.Sub(c.held)
+	q.request = q.request.Sub(c.held)
+	if backToPending {
+		q.request = q.request.Add(c.asked)
+	}
+	s.divide()
+}
+
+// allocatable holds a vGPU task to its queue's share. A refusal is written as the
+// task's fit error, so the pod's condition and the PodGroup's event say why.
+func (p *vgpuPlugin) allocatable(ssn *framework.Session, queue *vapi.QueueInfo, task *vapi.TaskInfo) bool {
+	tr := p.request(task)
+	if tr == nil || tr.err != nil {
+		return true
+	}
+	ok, why := p.shares.admit(queue.UID, fairshare.Requested(tr.req.Containers, p.shares.refMiB))
+	if ok {
+		return true
+	}
+	tr.refused.add(pendingQueueShare)
+	if job, found := ssn.Jobs[task.Job]; found {
+		fe := vapi.NewFitErrors()
+		fe.SetError(why)
+		job.NodesFitErrors[task.UID] = fe
+	}
+	klog.V(3).InfoS("vGPU task held to its queue's share", "task", klog.KRef(task.Namespace, task.Name), "reason", why)
+	return false
+}
+
+// onPlaced and onUnplaced keep the queues' holdings in step with the session.
+func (p *vgpuPlugin) onPlaced(ssn *framework.Session) func(*framework.Event) {
+	return func(e *framework.Event) {
+		task := e.Task
+		tr := p.request(task)
+		if tr == nil || tr.err != nil {
+			return
+		}
+		job, ok := ssn.Jobs[task.Job]
+		if !ok {
+			return
+		}
+		asked := fairshare.Requested(tr.req.Containers, p.shares.refMiB)
+		held := asked
+		p.ledger.mu.RLock()
+		if b, booked := p.ledger.booked[task.UID]; booked {
+			held = fairshare.Assigned(b.containers)
+		}
+		p.ledger.mu.RUnlock()
+		p.shares.place(task.UID, job.Queue, held, asked)
+	}
+}
+
+func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
+	p.shares.release(e.Task.UID, e.Task.Status != vapi.Releasing)
+}
+
+// publish records every queue's share in the metrics.
+func (s *queueShares) publish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		for kind, a := range map[string]fairshare.Amount{"deserved": q.deserved, "allocated": q.allocated, "request": q.request} {
+			metricQueueShare.WithLabelValues(q.name, "memory_mib", kind).Set(a.MemoryMiB)
+			metricQueueShare.WithLabelValues(q.name, "cores", kind).Set(a.Cores)
+		}
+	}
+}
