@@ -5,7 +5,6 @@ go 1.23.0
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/tessera-gpu/tessera v0.0.0-00010101000000-000000000000
-	google.golang.org/grpc v1.65.0
 	k8s.io/api v0.30.2
 	k8s.io/apiextensions-apiserver v0.25.0
 	k8s.io/apimachinery v0.30.2
@@ -117,6 +116,7 @@ require (
 	google.golang.org/genproto v0.0.0-20230803162519-f966b187b2e5 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20230726155614-23370e0ffb3e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20230822172742-b8732ec3820d // indirect
+	google.golang.org/grpc v1.65.0 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
 	gopkg.in/gcfg.v1 v1.2.3 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

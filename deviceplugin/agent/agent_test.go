@@ -18,7 +18,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
-	"github.com/tessera-gpu/tessera/deviceplugin/internal/fakekubelet"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
 )
 
@@ -30,13 +30,13 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(sock)
-	k, err := fakekubelet.Start(sock, api.ResourceNumber)
+	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: sock, Resource: api.ResourceNumber})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer k.Stop()
 	state := t.TempDir()
-	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodRes,
+	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
 		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--shares-per-card=4",
 		"--heartbeat-interval=1h"}, func(string) (string, bool) { return "", false })
 	if err != nil {
@@ -51,7 +51,7 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, Deps{NVML: machine, Client: client, MetricsListener: lis}) }()
 
-	if err := k.WaitFor(ctx, fakekubelet.RegisteredAtLeast(1)); err != nil {
+	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
 		t.Fatalf("no registration: %v", err)
 	}
 	if n := len(k.Health()); n != 16 {
@@ -87,7 +87,7 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resps["main"].Envs[api.EnvQoS]; got != string(api.QoSBurstShare) {
+	if got := resps["main"].Response.Envs[api.EnvQoS]; got != string(api.QoSBurstShare) {
 		t.Errorf("QoS env %q", got)
 	}
 	if err := k.StartContainers(ctx, p); err != nil {

@@ -54,7 +54,7 @@ func BenchmarkAllocate(b *testing.B) {
 				p, t, a := admit(fmt.Sprintf("bench-%d", i), i)
 				admits, allocs = append(admits, t), append(allocs, a)
 				b.StopTimer()
-				h.kubelet.Remove(p)
+				h.kubelet.Release(p.UID)
 				if err := h.client.CoreV1().Pods(p.Namespace).Delete(h.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 					b.Fatal(err)
 				}

@@ -35,7 +35,7 @@ func TestDirectoriesAreRemovedOnlyForPodsThatAreGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.kubelet.Remove(gone)
+	h.kubelet.Release(gone.UID)
 	if !handoff.WaitFor(h.ctx, 5*time.Second, 5*time.Millisecond, func() bool {
 		return !h.pods.Exists(gone.UID) && !h.pods.Exists(deleting.UID)
 	}) {

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
 )
 
@@ -17,11 +16,12 @@ type expect struct {
 	uuids, mem, sm string
 }
 
-func checkResponse(t *testing.T, who string, r *pluginapi.ContainerAllocateResponse, want expect) {
+func checkResponse(t *testing.T, who string, a *kubeletsim.Allocation, want expect) {
 	t.Helper()
-	if r == nil {
+	if a == nil {
 		t.Fatalf("%s: no allocate response", who)
 	}
+	r := a.Response
 	got := expect{r.Envs[api.EnvVisibleUUIDs], r.Envs[api.EnvMemoryLimitMiB], r.Envs[api.EnvSMLimit]}
 	if got != want || r.Envs["NVIDIA_VISIBLE_DEVICES"] != want.uuids {
 		t.Errorf("%s: got cards %q memory %q SM %q (NVIDIA_VISIBLE_DEVICES %q), want %+v", who, got.uuids, got.mem, got.sm, r.Envs["NVIDIA_VISIBLE_DEVICES"], want)
@@ -116,7 +116,7 @@ func TestAMultiContainerPodGetsEachContainerItsOwnCards(t *testing.T) {
 		t.Errorf("actor limits file:\n%s", got)
 	}
 	mounts := map[string]string{}
-	for _, m := range resps["actor"].Mounts {
+	for _, m := range resps["actor"].Response.Mounts {
 		mounts[m.ContainerPath] = m.HostPath
 	}
 	if !strings.HasSuffix(mounts["/var/run/tessera"], "/pods/uid-trainer/actor") || mounts["/etc/ld.so.preload"] == "" {

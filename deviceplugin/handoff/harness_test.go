@@ -21,8 +21,8 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
-	"github.com/tessera-gpu/tessera/deviceplugin/internal/fakekubelet"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 )
 
 const node = "node-a"
@@ -35,7 +35,7 @@ type harness struct {
 	pods    *handoff.InformerPods
 	ctx     context.Context
 	client  *fake.Clientset
-	kubelet *fakekubelet.Kubelet
+	kubelet *kubeletsim.Kubelet
 	reg     *cards.Registry
 	uuids   []string
 	root    string
@@ -54,7 +54,7 @@ func newHarness(t testing.TB, lib nvml.Interface, shares int) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	k, err := fakekubelet.Start(sockDir, api.ResourceNumber)
+	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: sockDir, Resource: api.ResourceNumber})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	if err := pods.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	prc, err := handoff.DialPodResources(h.kubelet.PodRes, 5*time.Second)
+	prc, err := handoff.DialPodResources(h.kubelet.PodResourcesSocket(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func (h *harness) waitRegistered(n int) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	if err := h.kubelet.WaitFor(ctx, fakekubelet.RegisteredAtLeast(n)); err != nil {
+	if err := h.kubelet.WaitFor(ctx, kubeletsim.RegisteredAtLeast(n)); err != nil {
 		h.t.Fatalf("plugin did not register %d times: %v (registered %d)", n, err, h.kubelet.Registrations())
 	}
 }

@@ -63,7 +63,7 @@ func TestAPodWithoutAUsableAssignmentIsRefusedAndOthersAreUnaffected(t *testing.
 func TestSlotsTheKubeletChoseAgainstThePreferenceAreRefused(t *testing.T) {
 	h := newHarness(t, nvmlfake.Cards(4), 2)
 	h.waitRegistered(1)
-	h.kubelet.IgnorePreferred = true // the kubelet takes the first free slots: card 0
+	h.kubelet.SetIgnorePreferred(true) // the kubelet takes the first free slots: card 0
 	p := pod("steered", ctr{"main", []api.CardAssignment{card(h.uuids[3], 1000, 10)}})
 	h.bind(p)
 	_, err := h.kubelet.Admit(h.ctx, p)
@@ -76,7 +76,7 @@ func TestSlotsTheKubeletChoseAgainstThePreferenceAreRefused(t *testing.T) {
 func TestTwoSlotsOfOneCardForOneContainerAreRefused(t *testing.T) {
 	h := newHarness(t, nvmlfake.Cards(2), 4)
 	h.waitRegistered(1)
-	h.kubelet.IgnorePreferred = true // first two free slots: both on card 0
+	h.kubelet.SetIgnorePreferred(true) // first two free slots: both on card 0
 	p := pod("twice", ctr{"main", []api.CardAssignment{card(h.uuids[0], 1000, 10), card(h.uuids[1], 1000, 10)}})
 	h.bind(p)
 	if _, err := h.kubelet.Admit(h.ctx, p); err == nil || !strings.Contains(err.Error(), "one container got two slots of the same card") {

@@ -12,8 +12,8 @@ import (
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
-	"github.com/tessera-gpu/tessera/deviceplugin/internal/fakekubelet"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
 )
 
@@ -27,14 +27,14 @@ func (noHandler) Allocate(context.Context, *pluginapi.AllocateRequest) (*plugina
 }
 func (noHandler) PreStart(context.Context, []string) error { return nil }
 
-func start(t *testing.T, shares int) (context.Context, *fakekubelet.Kubelet, *cards.Registry, string) {
+func start(t *testing.T, shares int) (context.Context, *kubeletsim.Kubelet, *cards.Registry, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	dir, err := os.MkdirTemp("", "ks")
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := fakekubelet.Start(dir, api.ResourceNumber)
+	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: dir, Resource: api.ResourceNumber})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func start(t *testing.T, shares int) (context.Context, *fakekubelet.Kubelet, *ca
 
 func TestThePluginRegistersAndRegistersAgainAfterAKubeletRestart(t *testing.T) {
 	ctx, k, _, dir := start(t, 3)
-	if err := k.WaitFor(ctx, fakekubelet.RegisteredAtLeast(1)); err != nil {
+	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
 		t.Fatalf("no registration: %v", err)
 	}
 	if got := len(k.Health()); got != 12 {
@@ -63,7 +63,7 @@ func TestThePluginRegistersAndRegistersAgainAfterAKubeletRestart(t *testing.T) {
 		if err := k.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		if err := k.WaitFor(ctx, fakekubelet.RegisteredAtLeast(i)); err != nil {
+		if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(i)); err != nil {
 			t.Fatalf("no registration %d after kubelet restart: %v", i, err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "tessera.sock")); err != nil {
@@ -74,7 +74,7 @@ func TestThePluginRegistersAndRegistersAgainAfterAKubeletRestart(t *testing.T) {
 
 func TestListAndWatchReportsHealthChangesOfEveryShareOfACard(t *testing.T) {
 	ctx, k, reg, _ := start(t, 2)
-	if err := k.WaitFor(ctx, fakekubelet.RegisteredAtLeast(1)); err != nil {
+	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
 		t.Fatal(err)
 	}
 	uuid := reg.Inventory().Cards[2].UUID
@@ -91,7 +91,7 @@ func TestListAndWatchReportsHealthChangesOfEveryShareOfACard(t *testing.T) {
 			if !reg.SetHealth(uuid, st.healthy, "test") {
 				t.Fatal("SetHealth reported no change")
 			}
-			err := k.WaitFor(ctx, func(k *fakekubelet.Kubelet) bool {
+			err := k.WaitFor(ctx, func(k *kubeletsim.Kubelet) bool {
 				h := k.Health()
 				return h[cards.SlotID(uuid, 0)] == st.want && h[cards.SlotID(uuid, 1)] == st.want
 			})

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 )
 
 // Options configure one stand-in.
@@ -41,7 +43,7 @@ type Options struct {
 type Kubelet struct {
 	opts   Options
 	client kubernetes.Interface
-	dev    *devices
+	dev    *kubeletsim.Kubelet // set by Run
 	queue  chan *corev1.Pod
 	seen   map[types.UID]bool // pods admitted or rejected (touched only by the admission loop)
 
@@ -54,7 +56,7 @@ func New(client kubernetes.Interface, opts Options) *Kubelet {
 	if opts.StatusInterval == 0 {
 		opts.StatusInterval = 10 * time.Second
 	}
-	return &Kubelet{opts: opts, client: client, dev: newDevices(opts.DevicePluginDir, opts.Resource),
+	return &Kubelet{opts: opts, client: client,
 		queue: make(chan *corev1.Pod, 4096), seen: map[types.UID]bool{}, deleted: map[types.UID]bool{}}
 }
 
@@ -63,9 +65,11 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	if err := os.MkdirAll(k.opts.RecordDir, 0o755); err != nil {
 		return err
 	}
-	if err := k.dev.serve(ctx, k.opts.PodResourcesSocket); err != nil {
+	dev, err := startDevices(ctx, k.opts)
+	if err != nil {
 		return err
 	}
+	k.dev = dev
 	if err := k.register(ctx); err != nil {
 		return err
 	}
@@ -74,7 +78,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.opts.Node).String()
 	}))
 	inf := factory.Core().V1().Pods().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o interface{}) { k.observe(o.(*corev1.Pod)) },
 		UpdateFunc: func(_, o interface{}) { k.observe(o.(*corev1.Pod)) },
 		DeleteFunc: func(o interface{}) {
@@ -111,7 +115,7 @@ func (k *Kubelet) markDeleted(uid types.UID) {
 	k.mu.Lock()
 	k.deleted[uid] = true
 	k.mu.Unlock()
-	k.dev.release(string(uid))
+	k.dev.Release(uid)
 }
 
 func (k *Kubelet) isDeleted(uid types.UID) bool {
@@ -131,13 +135,13 @@ func (k *Kubelet) admissionLoop(ctx context.Context) {
 				continue
 			}
 			k.seen[p.UID] = true
-			allocs, err := k.dev.admit(ctx, p)
+			allocs, err := k.dev.Admit(ctx, p)
 			if k.isDeleted(p.UID) {
-				k.dev.release(string(p.UID)) // deleted while being admitted
+				k.dev.Release(p.UID) // deleted while being admitted
 				continue
 			}
 			if err != nil {
-				k.dev.release(string(p.UID))
+				k.dev.Release(p.UID)
 				klog.InfoS("Pod rejected at admission", "pod", klog.KObj(p), "err", err)
 				k.setFailed(ctx, p, "UnexpectedAdmissionError", err.Error())
 				continue
@@ -150,11 +154,11 @@ func (k *Kubelet) admissionLoop(ctx context.Context) {
 // runPod starts the containers (PreStartContainer, retried with back-off as a failing
 // container start is), records what each received, reports Running and, for `sleep N`
 // commands, Succeeded after N seconds.
-func (k *Kubelet) runPod(ctx context.Context, p *corev1.Pod, allocs map[string]*allocation) {
+func (k *Kubelet) runPod(ctx context.Context, p *corev1.Pod, allocs map[string]*kubeletsim.Allocation) {
 	backoff := time.Second
 	for _, c := range p.Spec.Containers {
 		for {
-			err := k.dev.preStart(ctx, p, c.Name)
+			err := k.dev.PreStart(ctx, p, c.Name)
 			if err == nil {
 				break
 			}
@@ -188,7 +192,7 @@ func (k *Kubelet) runPod(ctx context.Context, p *corev1.Pod, allocs map[string]*
 		return
 	case <-time.After(d):
 	}
-	k.dev.release(string(p.UID))
+	k.dev.Release(p.UID)
 	k.setSucceeded(ctx, p)
 }
 
@@ -244,7 +248,7 @@ type Mount struct {
 	ReadOnly      bool   `json:"readOnly"`
 }
 
-func (k *Kubelet) record(p *corev1.Pod, c corev1.Container, a *allocation) error {
+func (k *Kubelet) record(p *corev1.Pod, c corev1.Container, a *kubeletsim.Allocation) error {
 	r := Record{Namespace: p.Namespace, Pod: p.Name, UID: string(p.UID), Container: c.Name, Node: k.opts.Node,
 		Env: map[string]string{}, StartedAt: time.Now()}
 	for _, e := range c.Env {
@@ -324,7 +328,7 @@ func (k *Kubelet) statusLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-k.dev.changed:
+		case <-k.dev.Changed():
 		}
 		if err := k.updateNode(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "Node status update failed")
@@ -335,7 +339,7 @@ func (k *Kubelet) statusLoop(ctx context.Context) {
 // updateNode reports the capacity and a Ready condition and removes the not-ready taint
 // (the node lifecycle controller's job, which this control plane does not run).
 func (k *Kubelet) updateNode(ctx context.Context) error {
-	capacity, allocatable := k.dev.counts()
+	capacity, allocatable := slotCounts(k.dev)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := k.client.CoreV1().Nodes().Get(ctx, k.opts.Node, metav1.GetOptions{})
 		if err != nil {
