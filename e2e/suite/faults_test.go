@@ -145,8 +145,9 @@ func TestFaultStaleAgent(t *testing.T) {
 		t.Fatalf("stale node: %v", err)
 	}
 	t.Logf("pending reason while gpu-d is stale: %s", reason)
-	if !strings.Contains(strings.ToLower(reason), "heartbeat") && !strings.Contains(strings.ToLower(reason), "stale") {
-		t.Logf("note: the reason does not mention the heartbeat")
+	// The pods may go only to gpu-d (L40S): the reason must name it and its heartbeat.
+	if !strings.Contains(reason, "node gpu-d: node agent heartbeat is") {
+		t.Errorf("pending reason does not name gpu-d's stale heartbeat: %s", reason)
 	}
 	if err := cl.StartAgent(context.Background(), "gpu-d"); err != nil {
 		t.Fatal(err)

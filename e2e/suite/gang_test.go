@@ -43,7 +43,9 @@ func TestGangAllOrNothing(t *testing.T) {
 				continue
 			}
 			for _, c := range pg.Status.Conditions {
-				if c.Type == "Unschedulable" && c.Status == corev1.ConditionTrue && c.Message != "" {
+				// Until its pods exist the PodGroup carries Volcano's generic "pod group
+				// is not ready"; then the vgpu plugin's reason.
+				if c.Type == "Unschedulable" && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "vgpu: ") {
 					reason = c.Reason + ": " + c.Message
 					return true, nil
 				}
@@ -52,7 +54,7 @@ func TestGangAllOrNothing(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("PodGroup of too-big reports no reason: %v", err)
+		t.Fatalf("PodGroup of too-big never reports the vgpu plugin's reason: %v", err)
 	}
 	t.Logf("too-big PodGroup: %s", reason)
 	big, err := workload.Pods(context.Background(), cl.Client, n, "too-big")
