@@ -2,17 +2,21 @@ package vgpu
 
 import (
 	"fmt"
+	"math"
+	"math/rand"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
 // contention builds two 4-card nodes (800 cores) and, per queue, one job of n tasks
@@ -133,5 +137,49 @@ func TestQueueShareIgnoresCPUTasks(t *testing.T) {
 	}
 	if got := placedPerQueue(t, ssn); got["heavy"] != 24 || got["light"] != 8 {
 		t.Errorf("placed per queue %v, want heavy 24 and light 8", got)
+	}
+}
+
+// TestQueueSharesBookkeeping places and releases tasks at random and checks that each
+// queue's holdings stay the sum of its charges and that admit never lets a queue past
+// its deserved share, as the share is recomputed after every change.
+func TestQueueSharesBookkeeping(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	s := &queueShares{total: fairshare.Amount{MemoryMiB: 327680, Cores: 800}, refMiB: 40960,
+		queues: map[vapi.QueueID]*queueShare{}, charged: map[vapi.TaskID]charge{}}
+	for i, w := range []int32{3, 1, 2} {
+		q := &vapi.QueueInfo{UID: vapi.QueueID(fmt.Sprint("q", i)), Name: fmt.Sprint("q", i), Weight: w}
+		s.queue(q, DefaultArgs()).request = fairshare.Amount{MemoryMiB: float64(r.Intn(400000)), Cores: float64(r.Intn(1200))}
+	}
+	s.divide()
+	placed := map[vapi.TaskID]bool{}
+	for step := 0; step < 5000; step++ {
+		id := vapi.TaskID(fmt.Sprint("t", r.Intn(200)))
+		if placed[id] {
+			s.release(id, r.Intn(2) == 0)
+			delete(placed, id)
+		} else {
+			q := s.order[r.Intn(len(s.order))]
+			asked := fairshare.Amount{MemoryMiB: float64(1 + r.Intn(20000)), Cores: float64(r.Intn(101))}
+			held := fairshare.Amount{MemoryMiB: asked.MemoryMiB * (0.5 + r.Float64()), Cores: asked.Cores}
+			before := s.queues[q].allocated
+			if ok, _ := s.admit(q, asked); ok {
+				if !before.Add(asked).Within(s.queues[q].deserved) {
+					t.Fatalf("step %d: admitted %v to %s holding %v, deserved %v", step, asked, q, before, s.queues[q].deserved)
+				}
+				s.place(id, q, held, asked)
+				placed[id] = true
+			}
+		}
+		sums := map[vapi.QueueID]fairshare.Amount{}
+		for _, c := range s.charged {
+			sums[c.queue] = sums[c.queue].Add(c.held)
+		}
+		for id, q := range s.queues {
+			d := q.allocated.Sub(sums[id])
+			if math.Abs(d.MemoryMiB) > 1e-6 || math.Abs(d.Cores) > 1e-6 {
+				t.Fatalf("step %d: %s holds %v, its charges sum to %v", step, id, q.allocated, sums[id])
+			}
+		}
 	}
 }
