@@ -101,9 +101,18 @@ func (m *Monitor) register() (nvml.EventSet, error) {
 func (m *Monitor) events(ctx context.Context, set nvml.EventSet) {
 	defer set.Free()
 	for ctx.Err() == nil {
+		start := time.Now()
 		e, ret := set.Wait(uint32(m.opts.EventWait / time.Millisecond))
 		switch {
 		case ret == nvml.ERROR_TIMEOUT:
+			// A library that times out without waiting would turn this loop into a
+			// busy spin; wait out the rest of the period ourselves.
+			if rest := m.opts.EventWait - time.Since(start); rest > m.opts.EventWait/2 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(rest):
+				}
+			}
 			continue
 		case ret != nvml.SUCCESS:
 			klog.ErrorS(fmt.Errorf("EventSet.Wait: %v", ret), "Waiting for NVML events failed")

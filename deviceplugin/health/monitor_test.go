@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
@@ -81,5 +82,22 @@ func TestHealthFollowsEventsAndChecks(t *testing.T) {
 			tt.repair(m)
 			waitHealth(t, reg, uuid, true)
 		})
+	}
+}
+
+// An NVML library whose event wait times out without waiting must not turn the
+// event loop into a busy spin (go-nvml's mocks, for one, keep every call they get).
+func TestEventLoopDoesNotSpinOnAnEarlyTimeout(t *testing.T) {
+	_, _, mon := setup(t)
+	mon.opts.EventWait = 50 * time.Millisecond
+	set := &mock.EventSet{
+		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_TIMEOUT },
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	mon.events(ctx, set)
+	if n := len(set.WaitCalls()); n > 20 {
+		t.Errorf("%d waits in 500ms with a 50ms wait period, want about 10", n)
 	}
 }

@@ -1,6 +1,8 @@
 package nvmlfake
 
 import (
+	"time"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
@@ -66,7 +68,12 @@ func DGXA100() *dgxa100.Server {
 	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_TIMEOUT },
+			// Like the driver, block for the timeout: returning at once would make a
+			// waiting loop spin, and go-nvml's mock records every call it receives.
+			WaitFunc: func(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+				time.Sleep(time.Duration(timeoutMs) * time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			},
 			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
 		}, nvml.SUCCESS
 	}
