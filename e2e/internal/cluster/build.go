@@ -17,7 +17,7 @@ import (
 
 // Binaries are the programs a cluster runs.
 type Binaries struct {
-	Etcd, APIServer, VolcanoControllers, Scheduler, Agent, Kubelet string
+	Etcd, APIServer, VolcanoControllers, VolcanoWebhook, Scheduler, Agent, Kubelet string
 	// CRDs are Volcano's CRD files, from the volcano.sh/volcano module.
 	CRDs []string
 }
@@ -27,8 +27,9 @@ const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.30.2 " +
 	"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=30"
 
 // Build builds what is missing into cacheDir and returns the paths. The control plane
-// (kube-apiserver, vc-controller-manager) is built once and reused while present;
-// Tessera's programs are rebuilt every time (incrementally) so the run tests this tree.
+// (kube-apiserver, vc-controller-manager, vc-webhook-manager) is built once and reused
+// while present; Tessera's programs are rebuilt every time (incrementally) so the run
+// tests this tree.
 // root is the repository root (the product module), e2eDir the tools module.
 func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
@@ -46,6 +47,7 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	}{
 		{"kube-apiserver", e2eDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", false, &b.APIServer},
 		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", false, &b.VolcanoControllers},
+		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", false, &b.VolcanoWebhook},
 		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", true, &b.Scheduler},
 		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", true, &b.Agent},
 		{"kubelet-standin", e2eDir, "./cmd/kubelet-standin", "", "~1 min", true, &b.Kubelet},

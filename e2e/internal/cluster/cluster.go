@@ -96,6 +96,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := step("volcano CRDs", func() error { return c.installCRDs(ctx) }); err != nil {
 		return nil, err
 	}
+	if err := step("vc-webhook-manager", func() error { return c.startWebhook(ctx) }); err != nil {
+		return nil, err
+	}
 	if err := step("vc-controller-manager", func() error { return c.startControllers(ctx) }); err != nil {
 		return nil, err
 	}

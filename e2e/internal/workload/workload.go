@@ -40,8 +40,9 @@ type Task struct {
 	Annotations map[string]string
 }
 
-// Job returns a VolcanoJob. Without Volcano's admission webhook (not run here) a job must
-// set minAvailable, schedulerName and queue itself.
+// Job returns a VolcanoJob for Volcano's scheduler in the queue, spelled out as the
+// samples do. An empty queue and a zero minAvailable are left to Volcano's admission
+// webhook, which also fills in a missing schedulerName.
 func Job(ns, name, queue string, minAvailable int32, tasks ...Task) *batchv1alpha1.Job {
 	j := &batchv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: queue, MinAvailable: minAvailable}}
