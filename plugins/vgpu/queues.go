@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -62,10 +61,11 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 			}
 			switch {
 			case vapi.AllocatedStatus(task.Status):
-				held, ok := p.heldBy(task)
-				if !ok {
-					continue
+				cs, _, ok, err := p.heldCards(task)
+				if !ok || err != nil {
+					continue // the ledger logged it
 				}
+				held := fairshare.Assigned(cs)
 				qs := s.queue(q, p.args)
 				qs.allocated = qs.allocated.Add(held)
 				qs.request = qs.request.Add(held)
@@ -109,18 +109,6 @@ func cardTotals(l *ledger) (fairshare.Amount, int64) {
 		return total, 0
 	}
 	return total, physical / cards
-}
-
-// heldBy is what a placed task holds: its assignment, or the in-flight one.
-func (p *vgpuPlugin) heldBy(task *vapi.TaskInfo) (fairshare.Amount, bool) {
-	cs, _, ok, err := PodCards(task.Pod)
-	if ok && err == nil {
-		return fairshare.Assigned(cs), true
-	}
-	if a, found := p.store.get(types.UID(task.UID)); found {
-		return fairshare.Assigned(a.Containers), true
-	}
-	return fairshare.Amount{}, false
 }
 
 func (s *queueShares) queue(q *vapi.QueueInfo, args Args) *queueShare {

@@ -45,24 +45,34 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 		return
 	}
-	cs, qos, ok, err := PodCards(task.Pod)
+	cs, qos, ok, err := p.heldCards(task)
 	if err != nil {
 		klog.ErrorS(err, "Pod on node carries a malformed vGPU assignment; its cards cannot be accounted",
 			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name)
 		return
 	}
 	if !ok {
-		a, found := p.store.get(types.UID(task.UID))
-		if !found {
-			klog.V(2).InfoS("vGPU pod on node has no assignment; its cards cannot be accounted",
-				"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name, "status", task.Status)
-			return
-		}
-		cs, qos = a.Containers, a.QoS
+		klog.V(2).InfoS("vGPU pod on node has no assignment; its cards cannot be accounted",
+			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name, "status", task.Status)
+		return
 	}
 	for _, err := range n.Account(cs, qos) {
 		klog.ErrorS(err, "Accounting an existing vGPU assignment", "pod", klog.KRef(task.Namespace, task.Name))
 	}
+}
+
+// heldCards returns the cards a placed task holds: its pod's assignment, or this
+// scheduler's in-flight one while the informer has not caught up; ok is false when
+// neither is known.
+func (p *vgpuPlugin) heldCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+	cs, qos, ok, err = PodCards(task.Pod)
+	if ok || err != nil {
+		return cs, qos, ok, err
+	}
+	if a, found := p.store.get(types.UID(task.UID)); found {
+		return a.Containers, a.QoS, true, nil
+	}
+	return nil, "", false, nil
 }
 
 // sessionPodView tells the in-flight store what the session knows about a pod.
