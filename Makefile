@@ -48,7 +48,7 @@ chart-test:
 	cd charts/test && $(GO) vet ./... && $(GO) test -p 1 -count=1 ./...
 
 ## chart-test-apiserver: the same plus a server-side dry-run of the chart and the CLI
-## against a real kube-apiserver + etcd (uses the binary `make e2e` builds).
+## against a real kube-apiserver + etcd (uses the binaries `make e2e` builds).
 chart-test-apiserver:
 	cd charts/test && TESSERA_KUBE_APISERVER=$(CURDIR)/e2e/.cache/bin/kube-apiserver $(GO) test -p 1 -count=1 ./...
 
@@ -78,16 +78,13 @@ bench-vgpu-core:
 # simulated GPU nodes (our device plugin on fake NVML + a kubelet stand-in), all on 127.0.0.1.
 # Binaries are built once into e2e/.cache/bin (first run ~10 min on 2 cores). See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
-ENSURE_ETCD = e2e/ensure-etcd.sh
 
 ## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
 e2e:
-	@$(ENSURE_ETCD)
 	cd e2e && $(GO) vet ./... && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:
-	@$(ENSURE_ETCD)
 	cd e2e && $(GO) build -o .cache/bin/demo ./cmd/demo && .cache/bin/demo $(if $(KEEP),--keep) $(DEMO_FLAGS)
 
 clean:

@@ -1,6 +1,6 @@
 # The tessera CLI (also kubectl-tessera), for running from a pod or a CI job.
 #   docker build -f build/tessera-cli.Dockerfile -t ghcr.io/tessera-gpu/tessera-cli:<tag> .
-ARG GO_VERSION=1.23
+ARG GO_VERSION=1.24
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -1,7 +1,7 @@
 # Tessera's vc-scheduler: Volcano v1.10.0's scheduler with the vgpu plugin compiled in.
 # Build from the repository root:
 #   docker build -f build/vc-scheduler.Dockerfile -t ghcr.io/tessera-gpu/vc-scheduler:<tag> .
-ARG GO_VERSION=1.23
+ARG GO_VERSION=1.24
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

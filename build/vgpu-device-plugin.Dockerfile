@@ -1,7 +1,7 @@
 # Tessera's node agent plus the vgpu-core hook library it installs on each GPU node.
 # Build from the repository root:
 #   docker build -f build/vgpu-device-plugin.Dockerfile -t ghcr.io/tessera-gpu/vgpu-device-plugin:<tag> .
-ARG GO_VERSION=1.23
+ARG GO_VERSION=1.24
 FROM golang:${GO_VERSION}-bookworm AS agent
 WORKDIR /src
 COPY go.mod go.sum ./

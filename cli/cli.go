@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
@@ -215,38 +214,9 @@ func vgpuArgs(ctx context.Context, client kubernetes.Interface, o options) (vgpu
 	return ArgsFromConf(conf)
 }
 
-// BadArgsError reports vgpu arguments the plugin refuses; the returned Args hold the
-// defaults for those, as the scheduler does.
-type BadArgsError struct{ Err error }
+// BadArgsError reports vgpu arguments the plugin refuses (the scheduler's own type).
+type BadArgsError = vgpu.BadArgsError
 
-func (e *BadArgsError) Error() string { return "volcano-scheduler.conf: " + e.Err.Error() }
-
-// ArgsFromConf finds the vgpu plugin in a volcano-scheduler.conf and parses its
-// arguments with the plugin's own parser (a *BadArgsError names the arguments it
-// refused; the Args are still usable). A conf without the plugin is an error:
-// the scheduler it describes would not place vGPU pods at all.
-func ArgsFromConf(conf string) (vgpu.Args, error) {
-	var c struct {
-		Tiers []struct {
-			Plugins []struct {
-				Name      string         `json:"name"`
-				Arguments map[string]any `json:"arguments"`
-			} `json:"plugins"`
-		} `json:"tiers"`
-	}
-	if err := yaml.Unmarshal([]byte(conf), &c); err != nil {
-		return vgpu.Args{}, fmt.Errorf("volcano-scheduler.conf: %w", err)
-	}
-	for _, t := range c.Tiers {
-		for _, p := range t.Plugins {
-			if p.Name == vgpu.PluginName {
-				a, err := vgpu.ParseArgs(p.Arguments)
-				if err != nil {
-					return a, &BadArgsError{Err: err}
-				}
-				return a, nil
-			}
-		}
-	}
-	return vgpu.Args{}, fmt.Errorf("volcano-scheduler.conf does not enable the %s plugin", vgpu.PluginName)
-}
+// ArgsFromConf reads the vgpu plugin's arguments from a volcano-scheduler.conf exactly
+// as the scheduler does.
+func ArgsFromConf(conf string) (vgpu.Args, error) { return vgpu.ArgsFromConf(conf) }

@@ -11,8 +11,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// volcanoSchedulerRules reads the scheduler ClusterRole of Volcano v1.10.0's own
-// installer from the module cache: the facts the chart's role must match.
+// volcanoSchedulerRules reads the scheduler ClusterRole of Volcano's own installer (the
+// version this module requires, v1.14.1) from the module cache: the facts the chart's
+// role must match.
 func volcanoSchedulerRules(t *testing.T) []rbacv1.PolicyRule {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "volcano.sh/volcano").Output()

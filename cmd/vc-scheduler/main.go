@@ -28,7 +28,7 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/util/assert"
 
 	// Tessera's plugins register themselves under their conf names.
-	_ "github.com/tessera-gpu/tessera/plugins/vgpu"
+	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
 var logFlushFreq = pflag.Duration("log-flush-frequency", 5*time.Second, "Maximum time between log flushes.")
@@ -61,6 +61,11 @@ func main() {
 			fmt.Fprintf(os.Stderr, "parse CA files: %v\n", err)
 			os.Exit(1)
 		}
+	}
+	// Before Volcano's cache starts: it sizes each pod's resources as the pod arrives.
+	if err := vgpu.PrepareVolcano(s.SchedulerConf); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(1)
 	}
 	klog.InfoS("Starting Tessera vc-scheduler", "goVersion", runtime.Version())
 

@@ -174,10 +174,10 @@ func (h *Handoff) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 	resp = &pluginapi.AllocateResponse{}
 	exclude := map[string]bool{}
 	for i, cr := range req.GetContainerRequests() {
-		r, key, err := h.allocateOne(ctx, cr.GetDevicesIDs(), exclude)
+		r, key, err := h.allocateOne(ctx, cr.GetDevicesIds(), exclude)
 		if err != nil {
-			klog.ErrorS(err, "Refusing Allocate", "container", i, "slots", cr.GetDevicesIDs())
-			return nil, fmt.Errorf("allocate container request %d (slots %s): %w", i, strings.Join(cr.GetDevicesIDs(), ","), err)
+			klog.ErrorS(err, "Refusing Allocate", "container", i, "slots", cr.GetDevicesIds())
+			return nil, fmt.Errorf("allocate container request %d (slots %s): %w", i, strings.Join(cr.GetDevicesIds(), ","), err)
 		}
 		exclude[key] = true
 		resp.ContainerResponses = append(resp.ContainerResponses, r)

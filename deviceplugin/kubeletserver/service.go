@@ -68,7 +68,7 @@ func (v *service) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) 
 }
 
 func (v *service) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
-	if err := v.s.handler.PreStart(ctx, req.GetDevicesIDs()); err != nil {
+	if err := v.s.handler.PreStart(ctx, req.GetDevicesIds()); err != nil {
 		return nil, err
 	}
 	return &pluginapi.PreStartContainerResponse{}, nil

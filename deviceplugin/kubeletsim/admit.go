@@ -72,7 +72,7 @@ func (k *Kubelet) allocate(ctx context.Context, n int) (*Allocation, error) {
 		return nil, err
 	}
 	start := time.Now()
-	resp, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIDs: ids}}})
+	resp, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	k.mu.Lock()
 	k.lastAllocate = time.Since(start)
 	k.mu.Unlock()

@@ -25,7 +25,7 @@ func (k *Kubelet) PreStart(ctx context.Context, pod *corev1.Pod, container strin
 	if !opts.PreStartRequired {
 		return nil
 	}
-	if _, err := plugin.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIDs: ids}); err != nil {
+	if _, err := plugin.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
 		return fmt.Errorf("device plugin PreStartContainer rpc failed with err: %w", err)
 	}
 	return nil

@@ -16,7 +16,10 @@ import (
 // ErrNoPlugin means a call needed the device plugin and none was registered.
 var ErrNoPlugin = errors.New("no device plugin registered for the resource")
 
-type registration struct{ k *Kubelet }
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	k *Kubelet
+}
 
 // Register connects back to the plugin, reads its options and follows its device list,
 // replacing the connection of an earlier registration.

@@ -16,6 +16,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/cache"
 	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/metrics"
 	"volcano.sh/volcano/pkg/scheduler/plugins"
 	"volcano.sh/volcano/pkg/scheduler/plugins/gang"
 	"volcano.sh/volcano/pkg/scheduler/plugins/nodeorder"
@@ -71,9 +72,12 @@ func Run(s *Scenario) (*Result, error) {
 	if options.ServerOpts == nil {
 		options.Default()
 	}
+	// The Kubernetes predicates Volcano wraps report to kube-scheduler's metrics, which are
+	// nil until Volcano initialises them (its scheduler's main does this at start).
+	metrics.InitKubeSchedulerRelatedMetrics()
 	now := time.Now()
 	binder := &recordingBinder{}
-	sc := cache.NewCustomMockSchedulerCache("volcano", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil, &record.FakeRecorder{})
+	sc := cache.NewCustomMockSchedulerCache("volcano", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
 	res := &Result{Pending: map[string]string{}, Jobs: s.Jobs}
 	for _, g := range s.Nodes {
 		for i := 0; i < g.Count; i++ {

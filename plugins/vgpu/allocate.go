@@ -1,9 +1,9 @@
 package vgpu
 
 import (
-	"time"
-
+	"fmt"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -15,7 +15,9 @@ import (
 )
 
 // onAllocate books the task's cards and writes the assignment on the session's copy
-// of the pod, so that it reaches the API server on the Binding.
+// of the pod, so that it reaches the API server on the Binding. When the cards cannot
+// be booked it sets e.Err: Volcano then rolls the allocation back (every handler's
+// DeallocateFunc runs) instead of binding a vGPU pod without cards.
 func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	task := e.Task
 	if task.Status != vapi.Allocated {
@@ -24,7 +26,13 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		return
 	}
 	tr := p.request(task)
-	if tr == nil || tr.err != nil {
+	if tr == nil {
+		return
+	}
+	ref := klog.KRef(task.Namespace, task.Name)
+	if tr.err != nil {
+		// Only an action that skips the predicates gets here: never bind without cards.
+		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, ref, tr.err)
 		return
 	}
 	defer timed("allocate", time.Now())
@@ -33,18 +41,19 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	defer l.mu.Unlock()
 	n, ok := l.nodes[task.NodeName]
 	if !ok {
-		klog.ErrorS(nil, "vGPU task allocated to a node without vGPU inventory; it will have no cards",
-			"task", klog.KRef(task.Namespace, task.Name), "node", task.NodeName)
+		e.Err = fmt.Errorf("%s: task %s was allocated to node %s, which has no usable vGPU inventory", PluginName, ref, task.NodeName)
+		klog.ErrorS(e.Err, "Refusing the allocation")
 		return
 	}
 	fit, ferr := engine.FitPod(n, tr.req)
 	if ferr != nil {
-		klog.ErrorS(ferr, "vGPU task allocated to a node whose cards no longer fit it; it will have no cards",
-			"task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		e.Err = fmt.Errorf("%s: task %s no longer fits the cards of node %s: %w", PluginName, ref, n.Name, ferr)
+		klog.ErrorS(e.Err, "Refusing the allocation", "detail", ferr.Detail())
 		return
 	}
 	if err := n.Reserve(fit.Containers, tr.req.Options.QoS); err != nil {
-		klog.ErrorS(err, "Reserving vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
+		e.Err = fmt.Errorf("%s: reserving cards on node %s for task %s: %w", PluginName, n.Name, ref, err)
+		klog.ErrorS(e.Err, "Refusing the allocation")
 		return
 	}
 	l.version[n.Name]++
@@ -52,7 +61,8 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	encoded, err := api.EncodeAssignment(a)
 	if err != nil {
 		n.Release(fit.Containers, tr.req.Options.QoS)
-		klog.ErrorS(err, "Encoding vGPU assignment", "task", klog.KRef(task.Namespace, task.Name))
+		e.Err = fmt.Errorf("%s: encoding the assignment of task %s: %w", PluginName, ref, err)
+		klog.ErrorS(e.Err, "Refusing the allocation")
 		return
 	}
 	original := task.Pod
@@ -76,7 +86,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	task.Pod = pod
 	l.booked[task.UID] = &booking{node: n.Name, containers: fit.Containers, qos: tr.req.Options.QoS, original: original}
 	p.store.put(types.UID(task.UID), a, now)
-	klog.V(4).InfoS("vGPU cards assigned", "task", klog.KRef(task.Namespace, task.Name), "node", n.Name, "assignment", encoded)
+	klog.V(4).InfoS("vGPU cards assigned", "task", ref, "node", n.Name, "assignment", encoded)
 }
 
 // onDeallocate gives back the cards of an allocation that is rolled back.

@@ -20,7 +20,7 @@ import (
 func backToBack(t *testing.T, forget bool) (first, second map[string]*api.PodAssignment) {
 	pending = newPendingStore()
 	binder := util.NewFakeBinder(10)
-	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil, nil)
+	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil)
 	sc.AddOrUpdateNode(gpuNode("n1", 1, "NVIDIA A100", 40960))
 	sc.AddQueueV1beta1(util.BuildQueue("q1", 1, nil))
 	sc.AddPodGroupV1beta1(podGroup("pg1", 1))

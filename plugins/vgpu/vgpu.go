@@ -56,6 +56,10 @@ func (p *vgpuPlugin) Name() string { return PluginName }
 
 func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	start := p.now()
+	if added := ignoreInVolcano(p.args.Resources); len(added) > 0 {
+		klog.InfoS("Volcano now leaves these vGPU resources to Tessera; pods it cached before count them until they change or the scheduler restarts (pass the conf with --scheduler-conf at start to avoid this)",
+			"resources", added)
+	}
 	p.ledger = p.buildLedger(ssn)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {

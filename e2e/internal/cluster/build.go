@@ -6,6 +6,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -23,29 +25,34 @@ type Binaries struct {
 }
 
 // kubeLDFlags make the API server report its version; clients cannot parse it otherwise.
-const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.30.2 " +
-	"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=30"
+const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.34.2 " +
+	"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
 
 // Build builds what is missing into cacheDir and returns the paths. The control plane
 // (kube-apiserver, vc-controller-manager, vc-webhook-manager) is built once and reused
-// while present; Tessera's programs are rebuilt every time (incrementally) so the run
-// tests this tree.
-// root is the repository root (the product module), e2eDir the tools module.
+// while present and built from the same tools module (a stamp holds the hash of its
+// go.sum, so a version change rebuilds it); Tessera's programs are rebuilt every time
+// (incrementally) so the run tests this tree.
+// root is the repository root (the product module), e2eDir the e2e module (Volcano's
+// programs); etcd and kube-apiserver build in its tools/kube module.
 func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, err
 	}
-	etcd, err := findEtcd()
+	b := &Binaries{}
+	kubeDir := filepath.Join(e2eDir, "tools", "kube")
+	stamp, fresh, err := controlPlaneStamp(cacheDir, e2eDir, kubeDir)
 	if err != nil {
 		return nil, err
 	}
-	b := &Binaries{Etcd: etcd}
 	steps := []struct {
 		name, dir, pkg, ldflags, cold string
 		always                        bool
 		out                           *string
 	}{
-		{"kube-apiserver", e2eDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", false, &b.APIServer},
+		// Kubernetes 1.34's etcd client needs etcd 3.5 or later; Debian bookworm ships 3.4.
+		{"etcd", kubeDir, "go.etcd.io/etcd/server/v3", "", "~1 min", false, &b.Etcd},
+		{"kube-apiserver", kubeDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", false, &b.APIServer},
 		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", false, &b.VolcanoControllers},
 		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", false, &b.VolcanoWebhook},
 		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", true, &b.Scheduler},
@@ -54,7 +61,7 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	}
 	for _, s := range steps {
 		*s.out = filepath.Join(cacheDir, s.name)
-		if _, err := os.Stat(*s.out); err == nil && !s.always {
+		if _, err := os.Stat(*s.out); err == nil && !s.always && fresh {
 			fmt.Fprintf(progress, "  %-22s cached\n", s.name)
 			continue
 		}
@@ -66,6 +73,9 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 		if err := runWithProgress(ctx, progress, s.name, s.cold, s.dir, "go", args...); err != nil {
 			return nil, err
 		}
+	}
+	if err := os.WriteFile(filepath.Join(cacheDir, stampFile), []byte(stamp), 0o644); err != nil {
+		return nil, err
 	}
 	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
 	if err != nil {
@@ -81,14 +91,22 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	return b, nil
 }
 
-func findEtcd() (string, error) {
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
+const stampFile = "control-plane.stamp"
+
+// controlPlaneStamp hashes the modules' go.sum files and reports whether the cached
+// control-plane binaries were built from them.
+func controlPlaneStamp(cacheDir string, moduleDirs ...string) (stamp string, fresh bool, err error) {
+	h := sha256.New()
+	for _, d := range moduleDirs {
+		sum, err := os.ReadFile(filepath.Join(d, "go.sum"))
+		if err != nil {
+			return "", false, err
+		}
+		h.Write(sum)
 	}
-	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
-		return "/usr/bin/etcd", nil
-	}
-	return "", fmt.Errorf("etcd not found: install Debian's etcd-server (apt-get install -y etcd-server); `make e2e` does it when it can")
+	stamp = hex.EncodeToString(h.Sum(nil))
+	old, err := os.ReadFile(filepath.Join(cacheDir, stampFile))
+	return stamp, err == nil && string(old) == stamp, nil
 }
 
 func moduleDir(ctx context.Context, dir, module string) (string, error) {

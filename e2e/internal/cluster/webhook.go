@@ -23,7 +23,7 @@ import (
 )
 
 // admission is one of Volcano's admission webhooks, as its Helm chart
-// (installer/helm/chart/volcano/templates/webhooks.yaml, v1.10.0) registers it.
+// (installer/helm/chart/volcano/templates/webhooks.yaml, v1.14.1) registers it.
 type admission struct {
 	path, name string
 	mutating   bool
@@ -34,7 +34,8 @@ type admission struct {
 }
 
 // admissions are the webhooks the harness runs: all that vc-webhook-manager enables by
-// default, in its order. The pod webhooks sit on the path of every pod of the 100- and
+// default, in its order (v1.14.1 enables the same seven as v1.10.0; its chart enables a
+// different set through --enabled-admission). The pod webhooks sit on the path of every pod of the 100- and
 // 200-pod bursts; measured, those run as fast as without them (docs/e2e.md). Without an
 // --admission-conf, /pods/mutate patches nothing.
 var admissions = []admission{

@@ -363,7 +363,7 @@ func (k *Kubelet) updateNode(ctx context.Context) error {
 			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "", now),
 		}
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: k.opts.Node}}
-		n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: "v1.30.2", OperatingSystem: "linux", Architecture: "amd64"}
+		n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: "v1.34.2", OperatingSystem: "linux", Architecture: "amd64"}
 		n, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		if err != nil {
 			return err

@@ -1,0 +1,92 @@
+package vgpu
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/uthelper"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// An allocation that skips the predicates (as a misconfigured action or another
+// plugin's allocate path could) onto cards that cannot take the task is refused
+// through the event's error: Volcano rolls it back, and the pod never carries an
+// assignment or goes to bind without cards.
+func TestAllocationThatCannotBookCardsIsRolledBack(t *testing.T) {
+	cases := []struct {
+		name, node string
+		pod        *corev1.Pod
+		reason     string
+	}{
+		{"a node without vGPU inventory", "cpu", vgpuPod("w", "pg", 1, 4096, 25, nil), "has no usable vGPU inventory"},
+		{"cards too small for the request", "small", vgpuPod("w", "pg", 1, 80000, 25, nil), "no longer fits the cards of node small"},
+		{"a malformed request", "small", vgpuPod("w", "pg", 1, 4096, 25, map[string]string{api.AnnotationQoS: "platinum"}), "has no valid vGPU request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tc := &uthelper.TestCommonStruct{
+				Nodes:     []*corev1.Node{cpuNode("cpu"), gpuNode("small", 1, "NVIDIA A30", 24576)},
+				PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)},
+				Pods:      []*corev1.Pod{c.pod},
+				Queues:    queues(),
+			}
+			pending = newPendingStore()
+			var p *vgpuPlugin
+			tc.Plugins = builders(&p)
+			ssn := tc.RegisterSession(tiers(true, nil), nil)
+			t.Cleanup(tc.Close)
+
+			var task *vapi.TaskInfo
+			for _, job := range ssn.Jobs {
+				for _, tk := range job.Tasks {
+					task = tk
+				}
+			}
+			stmt := framework.NewStatement(ssn)
+			err := stmt.Allocate(task, ssn.Nodes[c.node])
+			if err == nil {
+				t.Fatalf("allocation onto %s succeeded; want it refused", c.node)
+			}
+			if rb := stmt.UnAllocate(task); rb != nil {
+				t.Fatalf("rollback: %v", rb)
+			}
+			if _, ok := task.Pod.Annotations[api.AnnotationAssignment]; ok {
+				t.Fatal("the refused task carries an assignment")
+			}
+			if task.NodeName != "" || task.Status != vapi.Pending {
+				t.Fatalf("after the rollback the task is %s on %q, want Pending on no node", task.Status, task.NodeName)
+			}
+			if len(p.ledger.booked) != 0 || pending.len() != 0 {
+				t.Fatalf("the ledger holds %d bookings and the store %d assignments, want none", len(p.ledger.booked), pending.len())
+			}
+			if mem, cores, _ := usedCards(p, "small"); mem != 0 || cores != 0 {
+				t.Fatalf("node small has %d MiB and %d cores booked after the rollback", mem, cores)
+			}
+			if got := ssn.Nodes[c.node].Used.MilliCPU; got != 0 {
+				t.Fatalf("node %s still counts %v mCPU for the rolled-back task", c.node, got)
+			}
+			if !strings.Contains(lastAllocateErr(p, task, ssn.Nodes[c.node]), c.reason) {
+				t.Fatalf("the handler's error does not say %q", c.reason)
+			}
+		})
+	}
+}
+
+// lastAllocateErr calls the plugin's allocate handler as Volcano does and returns the
+// error it reports (the allocation is rolled back by the caller).
+func lastAllocateErr(p *vgpuPlugin, task *vapi.TaskInfo, node *vapi.NodeInfo) string {
+	t := task.Clone()
+	t.NodeName = node.Name
+	t.Status = vapi.Allocated
+	e := &framework.Event{Task: t}
+	p.onAllocate(e)
+	if e.Err == nil {
+		return ""
+	}
+	return e.Err.Error()
+}
