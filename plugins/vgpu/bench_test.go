@@ -54,6 +54,9 @@ func BenchmarkSession(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				pending = newPendingStore()
+				// Volcano v1.14 builds a node's device state when the node enters the
+				// cache, and only for the device kinds enabled then.
+				hamivgpu.VGPUEnable = mode == "deviceshare"
 				sc := benchCache(b)
 				stop := make(chan struct{})
 				sc.Run(stop)
@@ -123,11 +126,12 @@ func benchCache(b *testing.B) *cache.SchedulerCache {
 		node.Annotations[api.AnnotationHeartbeat] = hb
 		var reg []api.VolcanoCard
 		for c := 0; c < benchCards; c++ {
-			reg = append(reg, api.VolcanoCard{UUID: fmt.Sprintf("GPU-%s-%d", name, c), Count: 10, MemoryMiB: benchCardMiB, Type: "NVIDIA-A100", Healthy: true})
+			reg = append(reg, api.VolcanoCard{UUID: fmt.Sprintf("GPU-%s-%d", name, c), Count: 10, MemoryMiB: benchCardMiB, Type: "NVIDIA-A100", Healthy: true, Mode: "hami-core"})
 		}
 		s, _ := api.EncodeVolcanoNodeRegister(reg)
 		node.Annotations[api.VolcanoNodeRegister] = s
-		// "Requesting" within the last minute: Volcano reads the node without patching it.
+		// The sixth field is the sharing mode, which Volcano v1.14 requires. "Requesting"
+		// within the last minute: Volcano reads the node without patching it.
 		node.Annotations[api.VolcanoNodeHandshake] = "Requesting_" + time.Now().Format("2006.01.02 15:04:05")
 		sc.AddOrUpdateNode(node)
 	}
