@@ -56,8 +56,9 @@ func (n ResourceNames) HasVGPURequest(pod *corev1.Pod) bool {
 }
 
 // ContainerRequests extracts the vGPU requests of a pod's app containers, in spec
-// order, skipping containers without any. It follows Volcano's reading: memory
-// without a card count means one card, and no memory means the whole card's memory.
+// order, skipping containers without any. A container must name its card count
+// (the kubelet hands cards only to containers that request it); no memory means the
+// whole card's memory.
 // Init containers with vGPU requests are rejected: their cards would have to be
 // freed before the app containers start, which the contract does not model.
 func (n ResourceNames) ContainerRequests(pod *corev1.Pod) ([]ContainerRequest, error) {
@@ -105,7 +106,19 @@ func quantity(c *corev1.Container, name corev1.ResourceName) (int64, bool) {
 func (n ResourceNames) containerRequest(c *corev1.Container) (ContainerRequest, error) {
 	r := ContainerRequest{Name: c.Name, Cards: 1}
 	field := func(name corev1.ResourceName) string { return fmt.Sprintf("container %q %s", c.Name, name) }
-	if v, ok := quantity(c, n.Number); ok {
+	v, ok := quantity(c, n.Number)
+	if !ok {
+		// The kubelet calls a device plugin only for the resources a container
+		// requests: without the card count it would hand this container no card and
+		// no limits, and the container would see whatever the runtime gives it.
+		for _, name := range []corev1.ResourceName{n.Memory, n.MemoryPercentage, n.Cores} {
+			if q, has := quantity(c, name); has {
+				return r, fmt.Errorf("%w: %s is %d without %s: the kubelet hands cards only to containers that request %s; add %s: 1",
+					ErrInvalid, field(name), q, n.Number, n.Number, n.Number)
+			}
+		}
+	}
+	if ok {
 		if v < 1 || v > 64 {
 			return r, fmt.Errorf("%w: %s: %d cards, want 1..64", ErrInvalid, field(n.Number), v)
 		}

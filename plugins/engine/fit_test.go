@@ -182,3 +182,33 @@ func TestNodeScoreOrdersNodesByPolicy(t *testing.T) {
 		t.Fatalf("spread: idle %.1f should beat busy %.1f", fi.Score, fb.Score)
 	}
 }
+
+// Preemption and reclaim may evict only where it can help: a container is resolvable
+// on a node when enough cards refuse it for usage alone (the fixed filters run first).
+func TestFitErrorResolvableCountsCards(t *testing.T) {
+	rejects := func(rs ...Reason) []CardReject {
+		out := make([]CardReject, len(rs))
+		for i, r := range rs {
+			out[i] = CardReject{Index: i, Reason: r}
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		e    FitError
+		want bool
+	}{
+		{"one busy card is enough for one", FitError{Wanted: 1, Cards: 2, Rejects: rejects(ReasonTypeFilter, ReasonMemory)}, true},
+		{"two wanted, one busy card of the right type", FitError{Wanted: 2, Cards: 2, Rejects: rejects(ReasonTypeFilter, ReasonMemory)}, false},
+		{"one fits and one busy make two", FitError{Wanted: 2, Fitting: 1, Cards: 2, Rejects: rejects(ReasonCores)}, true},
+		{"only filtered cards", FitError{Wanted: 1, Cards: 3, Rejects: rejects(ReasonUUIDFilter, ReasonTypeFilter, ReasonUnhealthy)}, false},
+		{"cards too small", FitError{Wanted: 1, Cards: 1, Rejects: rejects(ReasonTooSmall)}, false},
+		{"an exclusive request on a shared card", FitError{Wanted: 1, Cards: 1, Rejects: rejects(ReasonNotIdle)}, true},
+		{"a node without cards", FitError{Wanted: 1}, false},
+	}
+	for _, c := range cases {
+		if got := c.e.Resolvable(); got != c.want {
+			t.Errorf("%s: Resolvable() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

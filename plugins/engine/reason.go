@@ -111,14 +111,19 @@ func (e *FitError) Detail() string {
 	return e.Error() + ": " + strings.Join(parts, "; ")
 }
 
-// Resolvable reports whether any refusal could clear as other tenants leave.
+// Resolvable reports whether the container could fit if other tenants left the
+// node: enough of its cards fail only for usage (the filters apply the card's fixed
+// properties first, so a card refused for usage passed every fixed filter). A node
+// whose cards are of the wrong type, excluded, unhealthy or too small stays refused
+// however many pods are evicted from it, so preemption and reclaim must not try.
 func (e *FitError) Resolvable() bool {
+	could := e.Fitting
 	for _, r := range e.Rejects {
 		if r.Reason.Resolvable() {
-			return true
+			could++
 		}
 	}
-	return false
+	return e.Cards > 0 && could >= e.Wanted
 }
 
 func (e *FitError) histogram() string {

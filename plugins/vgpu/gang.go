@@ -97,7 +97,7 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	if len(reqs) == 0 {
 		return util.Abstain
 	}
-	need := int(job.MinAvailable) - int(job.ReadyTaskNum()) - others
+	need := int(job.MinAvailable) - int(job.ReadyTaskNum()) - int(job.WaitingTaskNum()) - others
 	if need <= 0 {
 		return util.Abstain
 	}
@@ -152,7 +152,9 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 	if len(reqs) == 0 {
 		return nil
 	}
-	placeable := int(job.ReadyTaskNum()) + others
+	// Pipelined members are placed for this gang (on resources being released).
+	held := int(job.ReadyTaskNum()) + int(job.WaitingTaskNum())
+	placeable := held + others
 	var firstWhy string
 	for _, tr := range reqs {
 		if why, category := p.ledger.neverFits(tr.req); why != "" {
@@ -168,7 +170,7 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 		return invalid(job, "VGPURequestTooLarge", fmt.Sprintf("vgpu: %d of %d members can run in this cluster, %d required: %s",
 			placeable, len(job.Tasks), job.MinAvailable, firstWhy))
 	}
-	need := int(job.MinAvailable) - int(job.ReadyTaskNum()) - others
+	need := int(job.MinAvailable) - held - others
 	if need <= 0 {
 		return nil
 	}

@@ -28,6 +28,10 @@ type queueShares struct {
 	queues map[vapi.QueueID]*queueShare
 	// charged is what each placed task counts for in its queue.
 	charged map[vapi.TaskID]charge
+	// evicted holds the charges of tasks evicted in this session, so that a
+	// discarded eviction (preempt or reclaim rolling a statement back) restores
+	// exactly what the task held.
+	evicted map[vapi.TaskID]charge
 }
 
 type queueShare struct {
@@ -46,10 +50,14 @@ type charge struct {
 	held, asked fairshare.Amount
 }
 
+func newQueueShares(total fairshare.Amount, refMiB int64) *queueShares {
+	return &queueShares{total: total, refMiB: refMiB, queues: map[vapi.QueueID]*queueShare{},
+		charged: map[vapi.TaskID]charge{}, evicted: map[vapi.TaskID]charge{}}
+}
+
 // buildShares reads every queue's vGPU demand and holdings and divides the cards.
 func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
-	s := &queueShares{queues: map[vapi.QueueID]*queueShare{}, charged: map[vapi.TaskID]charge{}}
-	s.total, s.refMiB = cardTotals(p.ledger)
+	s := newQueueShares(cardTotals(p.ledger))
 	for _, job := range ssn.Jobs {
 		q, ok := ssn.Queues[job.Queue]
 		if !ok {
@@ -187,7 +195,9 @@ func (s *queueShares) place(task vapi.TaskID, queue vapi.QueueID, held, asked fa
 	s.divide()
 }
 
-func (s *queueShares) release(task vapi.TaskID, backToPending bool) {
+// release takes a task's charge back: a rolled-back placement returns to the
+// queue's pending demand, an eviction leaves it (and is remembered for restore).
+func (s *queueShares) release(task vapi.TaskID, evicted bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.charged[task]
@@ -198,10 +208,30 @@ func (s *queueShares) release(task vapi.TaskID, backToPending bool) {
 	q := s.queues[c.queue]
 	q.allocated = q.allocated.Sub(c.held)
 	q.request = q.request.Sub(c.held)
-	if backToPending {
+	if evicted {
+		s.evicted[task] = c
+	} else {
 		q.request = q.request.Add(c.asked)
 	}
 	s.divide()
+}
+
+// restore undoes release for an eviction that was discarded; false when the task
+// was not evicted in this session.
+func (s *queueShares) restore(task vapi.TaskID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.evicted[task]
+	if !ok {
+		return false
+	}
+	delete(s.evicted, task)
+	q := s.queues[c.queue]
+	q.allocated = q.allocated.Add(c.held)
+	q.request = q.request.Add(c.held)
+	s.charged[task] = c
+	s.divide()
+	return true
 }
 
 // allocatable holds a vGPU task to its queue's share. A refusal is written as the
@@ -233,6 +263,10 @@ func (p *vgpuPlugin) onPlaced(ssn *framework.Session) func(*framework.Event) {
 		if tr == nil || tr.err != nil {
 			return
 		}
+		if p.shares.restore(task.UID) {
+			// A discarded eviction: the task holds what it held before.
+			return
+		}
 		job, ok := ssn.Jobs[task.Job]
 		if !ok {
 			return
@@ -249,7 +283,7 @@ func (p *vgpuPlugin) onPlaced(ssn *framework.Session) func(*framework.Event) {
 }
 
 func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
-	p.shares.release(e.Task.UID, e.Task.Status != vapi.Releasing)
+	p.shares.release(e.Task.UID, e.Task.Status == vapi.Releasing)
 }
 
 // publish records every queue's share in the metrics.

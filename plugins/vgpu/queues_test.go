@@ -145,8 +145,7 @@ func TestQueueShareIgnoresCPUTasks(t *testing.T) {
 // its deserved share, as the share is recomputed after every change.
 func TestQueueSharesBookkeeping(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
-	s := &queueShares{total: fairshare.Amount{MemoryMiB: 327680, Cores: 800}, refMiB: 40960,
-		queues: map[vapi.QueueID]*queueShare{}, charged: map[vapi.TaskID]charge{}}
+	s := newQueueShares(fairshare.Amount{MemoryMiB: 327680, Cores: 800}, 40960)
 	for i, w := range []int32{3, 1, 2} {
 		q := &vapi.QueueInfo{UID: vapi.QueueID(fmt.Sprint("q", i)), Name: fmt.Sprint("q", i), Weight: w}
 		s.queue(q, DefaultArgs()).request = fairshare.Amount{MemoryMiB: float64(r.Intn(400000)), Cores: float64(r.Intn(1200))}
@@ -156,7 +155,23 @@ func TestQueueSharesBookkeeping(t *testing.T) {
 	for step := 0; step < 5000; step++ {
 		id := vapi.TaskID(fmt.Sprint("t", r.Intn(200)))
 		if placed[id] {
-			s.release(id, r.Intn(2) == 0)
+			c := s.charged[id]
+			before := *s.queues[c.queue]
+			evicted := r.Intn(2) == 0
+			s.release(id, evicted)
+			if evicted && r.Intn(2) == 0 {
+				// preempt or reclaim discards the statement that evicted it
+				if !s.restore(id) {
+					t.Fatalf("step %d: the eviction of %s cannot be restored", step, id)
+				}
+				after := s.queues[c.queue]
+				if d, e := after.allocated.Sub(before.allocated), after.request.Sub(before.request); math.Abs(d.MemoryMiB)+math.Abs(d.Cores)+
+					math.Abs(e.MemoryMiB)+math.Abs(e.Cores) > 1e-6 {
+					t.Fatalf("step %d: a discarded eviction left %s holding %v asking %v, before %v and %v", step, c.queue,
+						after.allocated, after.request, before.allocated, before.request)
+				}
+				continue
+			}
 			delete(placed, id)
 		} else {
 			q := s.order[r.Intn(len(s.order))]

@@ -3,6 +3,7 @@ package vgpu
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -61,18 +62,91 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 	}
 }
 
-// heldCards returns the cards a placed task holds: its pod's assignment, or this
-// scheduler's in-flight one while the informer has not caught up; ok is false when
-// neither is known.
+// heldCards returns the cards a placed task holds: its pod's assignment when the
+// pod is bound to the node that assignment names, or this scheduler's in-flight one
+// while the informer has not caught up; ok is false when neither is known.
+//
+// An assignment on a pod that is not bound is not truth: Volcano writes the
+// session's copy of a pod back without binding it (a pipelined gang's condition, a
+// failed bind), so such a pod can carry cards it was never given.
 func (p *vgpuPlugin) heldCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
-	cs, qos, ok, err = PodCards(task.Pod)
-	if ok || err != nil {
-		return cs, qos, ok, err
+	if bound := task.Pod.Spec.NodeName; bound != "" {
+		if node, named := assignedNode(task.Pod); named && node != bound {
+			klog.InfoS("Ignoring a vGPU assignment for another node than the pod's", "pod", klog.KRef(task.Namespace, task.Name),
+				"boundTo", bound, "assignedOn", node)
+		} else {
+			cs, qos, ok, err = PodCards(task.Pod)
+			if ok || err != nil {
+				return cs, qos, ok, err
+			}
+		}
 	}
 	if a, found := p.store.get(types.UID(task.UID)); found {
 		return a.Containers, a.QoS, true, nil
 	}
 	return nil, "", false, nil
+}
+
+// assignedNode is the node named by the pod's Tessera assignment, if it has a
+// readable one.
+func assignedNode(pod *corev1.Pod) (string, bool) {
+	s, found := pod.Annotations[api.AnnotationAssignment]
+	if !found {
+		return "", false
+	}
+	a, err := assignments.get(s, api.DecodeAssignment)
+	if err != nil {
+		return "", false
+	}
+	return a.Node, true
+}
+
+// scrubUnbound prepares the session's pending vGPU tasks: an assignment an unbound pod
+// carries (written back by Volcano without a bind) is dropped from the session's copy,
+// so that it can neither be trusted nor travel on a later Binding; and a task whose
+// only requests are vGPU resources, which Volcano sizes as BestEffort, is made a
+// regular task, so that backfill never places it outside its gang and queue share.
+func (p *vgpuPlugin) scrubUnbound(ssn *framework.Session) (scrubbed, promoted int) {
+	for _, job := range ssn.Jobs {
+		for _, task := range job.TaskStatusIndex[vapi.Pending] {
+			if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
+				continue
+			}
+			if task.BestEffort {
+				task.BestEffort = false
+				promoted++
+			}
+			if task.Pod.Spec.NodeName != "" || !hasAssignment(task.Pod) {
+				continue
+			}
+			pod := task.Pod.DeepCopy()
+			for _, k := range assignmentKeys {
+				delete(pod.Annotations, k)
+			}
+			task.Pod = pod
+			scrubbed++
+			klog.V(2).InfoS("Dropped a vGPU assignment from an unbound pod; it was never bound with it",
+				"pod", klog.KRef(task.Namespace, task.Name))
+		}
+	}
+	return scrubbed, promoted
+}
+
+// assignmentKeys are the annotations the plugin writes with an assignment.
+var assignmentKeys = []string{api.AnnotationAssignment, api.AnnotationAssignedAt, api.AnnotationHandoff,
+	api.VolcanoAssignedIDs, api.VolcanoDevicesToAllocate, api.VolcanoAssignedNode, api.VolcanoAssignedTime,
+	api.VolcanoBindPhase, api.VolcanoBindTime}
+
+// confirmedOn reports whether the pod carries an assignment for the node it is bound to.
+func confirmedOn(pod *corev1.Pod) bool {
+	node, ok := assignedNode(pod)
+	return ok && node == pod.Spec.NodeName
+}
+
+func hasAssignment(pod *corev1.Pod) bool {
+	_, t := pod.Annotations[api.AnnotationAssignment]
+	_, v := pod.Annotations[api.VolcanoAssignedIDs]
+	return t || v
 }
 
 // sessionPodView tells the in-flight store what the session knows about a pod.
@@ -88,7 +162,7 @@ func sessionPodView(ssn *framework.Session) func(types.UID) podView {
 		switch {
 		case !ok:
 			return podAbsent
-		case t.Pod != nil && t.Pod.Annotations[api.AnnotationAssignment] != "":
+		case t.Pod != nil && t.Pod.Spec.NodeName != "" && confirmedOn(t.Pod):
 			return podConfirmed
 		case t.Status == vapi.Pending || t.Status == vapi.Pipelined:
 			return podUnplaced

@@ -66,6 +66,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 		p.gangs[id] = int(job.MinAvailable)
 	}
 	dropped := p.store.reconcile(sessionPodView(ssn), p.now(), p.args.PendingTTL)
+	scrubbed, promoted := p.scrubUnbound(ssn)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
 	if p.args.Weight > 0 {
@@ -84,7 +85,8 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	took := p.now().Sub(start)
 	metricOpen.Observe(took.Seconds())
 	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
-		"inFlight", p.store.len(), "droppedInFlight", dropped, "duration", took)
+		"inFlight", p.store.len(), "droppedInFlight", dropped, "staleAssignmentsDropped", scrubbed,
+		"bestEffortPromoted", promoted, "duration", took)
 }
 
 func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
