@@ -118,3 +118,55 @@ func waterFill(total float64, weights, demand []float64) []float64 {
 	}
 	return got
 }
+
+// Holding is one queue's position in a session: what it holds, what its weighted
+// share is, and what it asks for in all (held plus pending).
+type Holding struct {
+	Allocated, Deserved, Request Amount
+	// MinAsk is the cost of the queue's smallest pending task (zero: none).
+	MinAsk Amount
+}
+
+// Spare is the capacity that no queue but skip holds or may still claim: total less
+// every queue's holdings, less, for each other queue, the part of its share that it
+// asks for and does not hold yet, when that part can take its smallest pending task
+// (a share smaller than any of the queue's tasks is no use to it within its share).
+// A queue may borrow from it beyond its own share without taking anything another
+// queue could use, so cards do not sit idle while shares and task sizes disagree.
+func Spare(total Amount, hs []Holding, skip int) Amount {
+	spare := total
+	for i, h := range hs {
+		spare = spare.Sub(h.Allocated)
+		if i == skip {
+			continue
+		}
+		unmet := Amount{
+			MemoryMiB: math.Max(0, math.Min(h.Deserved.MemoryMiB, h.Request.MemoryMiB)-h.Allocated.MemoryMiB),
+			Cores:     math.Max(0, math.Min(h.Deserved.Cores, h.Request.Cores)-h.Allocated.Cores),
+		}
+		if h.MinAsk.Within(unmet) {
+			spare = spare.Sub(unmet)
+		}
+	}
+	return Amount{MemoryMiB: math.Max(0, spare.MemoryMiB), Cores: math.Max(0, spare.Cores)}
+}
+
+// Smaller orders costs for picking a queue's smallest task: by cores, then memory.
+func Smaller(a, b Amount) bool {
+	if a.Cores != b.Cores {
+		return a.Cores < b.Cores
+	}
+	return a.MemoryMiB < b.MemoryMiB
+}
+
+// Below reports whether held is under share in every dimension that cost asks for:
+// a queue there may still place a task, even one that takes it past its share.
+func Below(held, share, cost Amount) bool {
+	if cost.MemoryMiB > 0 && held.MemoryMiB >= share.MemoryMiB-tolerance(share.MemoryMiB) {
+		return false
+	}
+	if cost.Cores > 0 && held.Cores >= share.Cores-tolerance(share.Cores) {
+		return false
+	}
+	return cost.MemoryMiB > 0 || cost.Cores > 0
+}

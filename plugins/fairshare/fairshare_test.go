@@ -133,3 +133,26 @@ func TestCost(t *testing.T) {
 		t.Errorf("Assigned = %v, want %v", got, want)
 	}
 }
+
+func TestSpareLeavesOtherQueuesTheirEntitlement(t *testing.T) {
+	total := Amount{MemoryMiB: 1000, Cores: 300}
+	hs := []Holding{
+		// a: holds its whole share and wants no more
+		{Allocated: Amount{MemoryMiB: 300, Cores: 100}, Deserved: Amount{MemoryMiB: 300, Cores: 100}, Request: Amount{MemoryMiB: 300, Cores: 100}},
+		// b: holds 50 of a 100-core share and asks for 150: 50 more are its to claim
+		{Allocated: Amount{MemoryMiB: 100, Cores: 50}, Deserved: Amount{MemoryMiB: 300, Cores: 100}, Request: Amount{MemoryMiB: 400, Cores: 150}},
+		// c: holds nothing; its task is larger than its share
+		{Deserved: Amount{MemoryMiB: 400, Cores: 100}, Request: Amount{MemoryMiB: 500, Cores: 150}},
+	}
+	// Free: 600 MiB, 150 cores; b may still claim 200 MiB and 50 cores.
+	if got, want := Spare(total, hs, 2), (Amount{MemoryMiB: 400, Cores: 100}); got != want {
+		t.Errorf("spare for c = %v, want %v", got, want)
+	}
+	// For b, c's unmet share (400 MiB, 100 cores) is reserved.
+	if got, want := Spare(total, hs, 1), (Amount{MemoryMiB: 200, Cores: 50}); got != want {
+		t.Errorf("spare for b = %v, want %v", got, want)
+	}
+	if got := Spare(Amount{MemoryMiB: 10, Cores: 10}, hs, 0); got != (Amount{}) {
+		t.Errorf("an over-committed cluster has spare %v, want none", got)
+	}
+}

@@ -237,3 +237,25 @@ func TestPipelinedMembersCountForTheGang(t *testing.T) {
 		t.Fatalf("a gang of 2 pipelined and 2 placeable members of 4 is reported invalid: %s", vr.Message)
 	}
 }
+
+// A queue whose weighted share is smaller than its task does not leave cards idle:
+// either it places that task from below its share, or another queue borrows the
+// cards it cannot use (issue 13: 100 cores sat idle with both queues pending).
+func TestQueueShareSmallerThanATaskLeavesNoCardIdle(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:  []*corev1.Node{gpuNode("n1", 4, "NVIDIA A100", 40960)},
+		Queues: []*schedulingv1.Queue{util.BuildQueue("big", 3, nil), util.BuildQueue("small", 1, nil)},
+	}
+	for i := 0; i < 4; i++ {
+		pg := fmt.Sprintf("big-%d", i)
+		tc.PodGroups = append(tc.PodGroups, util.BuildPodGroup(pg, "ns", "big", 1, nil, schedulingv1.PodGroupInqueue))
+		tc.Pods = append(tc.Pods, vgpuPod(pg, pg, 1, 40960, 100, nil))
+	}
+	tc.PodGroups = append(tc.PodGroups, util.BuildPodGroup("small-0", "ns", "small", 1, nil, schedulingv1.PodGroupInqueue))
+	tc.Pods = append(tc.Pods, vgpuPod("small-0", "small-0", 2, 40960, 100, nil))
+	ssn, p := session(t, tc, true, nil)
+	if _, cores, _ := usedCards(p, "n1"); cores != 400 {
+		t.Fatalf("%d of 400 card cores assigned with vGPU tasks of both queues pending; placed %v", cores, placedPerQueue(t, ssn))
+	}
+	t.Logf("placed per queue: %v", placedPerQueue(t, ssn))
+}

@@ -44,6 +44,9 @@ func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, n := range l.nodes {
+		if l.cordoned[n.Name] {
+			continue
+		}
 		for _, c := range n.Cards {
 			if !c.Healthy || c.MIG {
 				continue

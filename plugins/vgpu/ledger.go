@@ -18,6 +18,9 @@ type ledger struct {
 	nodes map[string]*engine.Node
 	// unusable explains nodes whose inventory cannot be used (malformed, stale).
 	unusable map[string]string
+	// cordoned nodes keep their pods' bookings but take no new tasks: their cards
+	// are not part of the capacity the queues share.
+	cordoned map[string]bool
 	// booked are the assignments made in this session, by task.
 	booked map[vapi.TaskID]*booking
 	// version counts each node's bookings and releases, so a score computed by the
@@ -47,7 +50,8 @@ type booking struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, booked: map[vapi.TaskID]*booking{},
+	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
+		booked:  map[vapi.TaskID]*booking{},
 		version: map[string]uint64{}, scores: map[string]*scoreSlot{}}
 }
 

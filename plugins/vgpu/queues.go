@@ -41,6 +41,9 @@ type queueShare struct {
 	request    fairshare.Amount
 	allocated  fairshare.Amount
 	deserved   fairshare.Amount
+	// minAsk is the cost of the queue's smallest pending vGPU task at session open
+	// (zero when none is pending): a share smaller than it cannot be used.
+	minAsk fairshare.Amount
 }
 
 // charge is a placed task's part of its queue: held is what it holds (exact once
@@ -84,7 +87,11 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 					continue
 				}
 				qs := s.queue(q, p.args)
-				qs.request = qs.request.Add(fairshare.Requested(tr.req.Containers, s.refMiB))
+				cost := fairshare.Requested(tr.req.Containers, s.refMiB)
+				qs.request = qs.request.Add(cost)
+				if qs.minAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, qs.minAsk) {
+					qs.minAsk = cost
+				}
 			}
 		}
 	}
@@ -98,11 +105,15 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 }
 
 // cardTotals sums the schedulable memory and compute of every card that can take
-// vGPU tasks, and the mean card memory.
+// vGPU tasks (healthy, not MIG, on a node that is not cordoned), and the mean card
+// memory.
 func cardTotals(l *ledger) (fairshare.Amount, int64) {
 	var total fairshare.Amount
 	var physical, cards int64
 	for _, n := range l.nodes {
+		if l.cordoned[n.Name] {
+			continue
+		}
 		for _, c := range n.Cards {
 			if !c.Healthy || c.MIG {
 				continue
@@ -162,6 +173,19 @@ func (s *queueShares) admit(queue vapi.QueueID, cost fairshare.Amount) (bool, st
 	if after.Within(q.deserved) {
 		return true, ""
 	}
+	// A queue below its share may place one more task even if that takes it past:
+	// its tasks may be larger than the rest of its share (max-min, to within a task).
+	if after.Within(q.capability) && fairshare.Below(q.allocated, q.deserved, cost) {
+		return true, ""
+	}
+	// Work-conserving: beyond its share a queue may use what no other queue holds or
+	// may still claim (its tasks may be larger than its share, or the others ask for
+	// less than theirs), never past its own capability.
+	if after.Within(q.capability) && cost.Within(s.spare(queue)) {
+		klog.V(4).InfoS("vGPU queue borrows beyond its share", "queue", q.name, "held", q.allocated.String(),
+			"asked", cost.String(), "deserved", q.deserved.String())
+		return true, ""
+	}
 	var weight int32
 	for _, o := range s.queues {
 		weight += o.weight
@@ -179,6 +203,20 @@ func (s *queueShares) admit(queue vapi.QueueID, cost fairshare.Amount) (bool, st
 	}
 	return false, fmt.Sprintf("vgpu: queue %s is at its share of the cluster's cards (weight %d of %d): %s",
 		q.name, q.weight, weight, strings.Join(over, "; "))
+}
+
+// spare is what queue could borrow beyond its share; callers hold mu.
+func (s *queueShares) spare(queue vapi.QueueID) fairshare.Amount {
+	hs := make([]fairshare.Holding, len(s.order))
+	self := -1
+	for i, id := range s.order {
+		q := s.queues[id]
+		hs[i] = fairshare.Holding{Allocated: q.allocated, Deserved: q.deserved, Request: q.request, MinAsk: q.minAsk}
+		if id == queue {
+			self = i
+		}
+	}
+	return fairshare.Spare(s.total, hs, self)
 }
 
 // place charges a task to its queue; release takes the charge back.

@@ -31,6 +31,9 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 			continue
 		}
 		n := engine.NewNode(name, inv, p.args.MemoryOversubscription)
+		if ni.Node.Spec.Unschedulable {
+			l.cordoned[name] = true
+		}
 		for _, task := range ni.Tasks {
 			p.accountTask(n, task)
 		}
