@@ -36,11 +36,16 @@ test-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi
 
 # Each decoder gets a short fuzzing run on every CI build; run longer locally with FUZZTIME=10m.
+# The session soak (random clusters through many sessions of every Volcano action, with
+# failed binds, stale write-backs, evictions and cordons) runs 150 seeds in test-go and
+# SOAK_SEEDS here; raise it locally for longer soaks.
+SOAK_SEEDS ?= 300
 fuzz:
 	@for f in $$($(GO) test ./api -list '^Fuzz' | grep '^Fuzz'); do \
 		echo "fuzz $$f ($(FUZZTIME))"; \
 		$(GO) test ./api -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
+	$(GO) test ./plugins/vgpu -run '^TestSessionSoak$$' -count=1 -args -soak-seeds=$(SOAK_SEEDS)
 
 ## chart-test: render the Helm chart with Helm's Go library and check it (its own module,
 ## so Helm's dependencies stay out of the product's go.mod).
