@@ -259,3 +259,29 @@ func TestQueueShareSmallerThanATaskLeavesNoCardIdle(t *testing.T) {
 	}
 	t.Logf("placed per queue: %v", placedPerQueue(t, ssn))
 }
+
+// enqueue admits a gang only if its queue could ever hold its minimum within the
+// queue's capability for card cores or memory.
+func TestGangBeyondItsQueueCapabilityIsNotEnqueued(t *testing.T) {
+	capped := util.BuildQueue("capped", 1, corev1.ResourceList{api.ResourceCores: resource.MustParse("100")})
+	pg := util.BuildPodGroup("pg", "ns", "capped", 2, nil, schedulingv1.PodGroupPending)
+	// Volcano asks the enqueue plugins only about PodGroups with minResources, which
+	// its job controller always sets.
+	pg.Spec.MinResources = &corev1.ResourceList{}
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 4, "NVIDIA A100", 40960)},
+		Queues:    []*schedulingv1.Queue{capped},
+		PodGroups: []*schedulingv1.PodGroup{pg},
+		Pods:      []*corev1.Pod{vgpuPod("w0", "pg", 1, 8192, 75, nil), vgpuPod("w1", "pg", 1, 8192, 75, nil)},
+	}
+	ssn, _ := session(t, tc, true, nil, enqueue.New(), allocate.New())
+	want := "queue capped's capability of 100% of card cores is less than the 150% its 2 members need"
+	for _, job := range ssn.Jobs {
+		if string(job.PodGroup.Status.Phase) != string(schedulingv1.PodGroupPending) {
+			t.Errorf("the gang went %s; its queue can never hold it", job.PodGroup.Status.Phase)
+		}
+		if !strings.Contains(job.JobFitErrors, want) {
+			t.Errorf("the gang says %q, want %q", job.JobFitErrors, want)
+		}
+	}
+}

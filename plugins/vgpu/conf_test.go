@@ -103,6 +103,8 @@ func TestExampleConfAdmitsWithinTheQueueAndRefusesBeyondIt(t *testing.T) {
 				tasks int32
 			}{{"roomy", 2}, {"slots", 4}, {"memory", 2}} {
 				pg := util.BuildPodGroup("pg-"+j.queue, "ns", j.queue, j.tasks, nil, schedulingv1.PodGroupPending)
+				// As Volcano's job controller sets it: enqueue consults the plugins.
+				pg.Spec.MinResources = &corev1.ResourceList{}
 				tc.PodGroups = append(tc.PodGroups, pg)
 				for i := int32(0); i < j.tasks; i++ {
 					tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("%s-%d", j.queue, i), pg.Name, 1, 8192, 25, nil))
@@ -124,9 +126,9 @@ func TestExampleConfAdmitsWithinTheQueueAndRefusesBeyondIt(t *testing.T) {
 			if got["memory"] != 0 {
 				t.Errorf("queue memory placed %d; its capability of 8192 MiB must keep a 16384 MiB gang out", got["memory"])
 			}
-			// The memory-capped gang was admitted (Volcano does not count card memory) and
-			// then held back by Tessera's queue share, which says so.
-			if s := jobState(ssn, "pg-memory"); !strings.Contains(s, "vgpu: queue memory") {
+			// Volcano does not count card memory: Tessera holds the memory-capped gang
+			// back, and says so.
+			if s := jobState(ssn, "pg-memory"); !strings.Contains(s, "queue memory's capability of 8192 MiB of card memory") {
 				t.Errorf("pg-memory is held back without Tessera's reason: %s", s)
 			}
 		})
@@ -147,7 +149,7 @@ func jobState(ssn *framework.Session, pg string) string {
 		for _, tk := range job.Tasks {
 			counts[tk.Status]++
 		}
-		return fmt.Sprintf("phase %s, tasks %v; %s", job.PodGroup.Status.Phase, counts, strings.Join(reasons, "; "))
+		return fmt.Sprintf("phase %s, tasks %v; %s %s", job.PodGroup.Status.Phase, counts, job.JobFitErrors, strings.Join(reasons, "; "))
 	}
 	return "no such job"
 }

@@ -10,6 +10,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
 	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
 // demand is a lower bound on what one task takes from the cluster's cards.
@@ -86,7 +87,8 @@ func (p *vgpuPlugin) pendingVGPU(job *vapi.JobInfo) (reqs []*taskRequest, others
 }
 
 // jobEnqueueable keeps a gang out of the queue while the cluster's free vGPU
-// capacity cannot hold its minimum members, and says why on the PodGroup.
+// capacity cannot hold its minimum members, or when its queue's capability for card
+// memory or cores never could, and says why on the PodGroup.
 func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	job, ok := obj.(*vapi.JobInfo)
 	if !ok {
@@ -104,8 +106,18 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	if need <= 0 {
 		return util.Abstain
 	}
-	free, smallest := p.ledger.free()
-	why := exceeds(reqs, need, free, smallest, "free in the cluster")
+	why := ""
+	if p.shares != nil {
+		costs := make([]fairshare.Amount, len(reqs))
+		for i, tr := range reqs {
+			costs[i] = fairshare.Requested(tr.req.Containers, p.shares.refMiB)
+		}
+		why = p.shares.beyondCapability(job.Queue, costs, need)
+	}
+	if why == "" {
+		free, smallest := p.ledger.free()
+		why = exceeds(reqs, need, free, smallest, "free in the cluster")
+	}
 	if why == "" {
 		return util.Abstain
 	}

@@ -205,6 +205,38 @@ func (s *queueShares) admit(queue vapi.QueueID, cost fairshare.Amount) (bool, st
 		q.name, q.weight, weight, strings.Join(over, "; "))
 }
 
+// beyondCapability says why the cheapest need of costs can never be held by the
+// queue within its capability for card memory or cores, or "" when they could.
+func (s *queueShares) beyondCapability(queue vapi.QueueID, costs []fairshare.Amount, need int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	if !ok || need <= 0 || len(costs) == 0 {
+		return ""
+	}
+	cheapest := func(of func(fairshare.Amount) float64) float64 {
+		vs := make([]float64, len(costs))
+		for i, c := range costs {
+			vs[i] = of(c)
+		}
+		sort.Float64s(vs)
+		sum := 0.0
+		for _, v := range vs[:min(need, len(vs))] {
+			sum += v
+		}
+		return sum
+	}
+	if m := cheapest(func(a fairshare.Amount) float64 { return a.MemoryMiB }); m > q.capability.MemoryMiB {
+		return fmt.Sprintf("queue %s's capability of %.0f MiB of card memory is less than the %.0f MiB its %d members need",
+			q.name, q.capability.MemoryMiB, m, need)
+	}
+	if c := cheapest(func(a fairshare.Amount) float64 { return a.Cores }); c > q.capability.Cores {
+		return fmt.Sprintf("queue %s's capability of %.0f%% of card cores is less than the %.0f%% its %d members need",
+			q.name, q.capability.Cores, c, need)
+	}
+	return ""
+}
+
 // spare is what queue could borrow beyond its share; callers hold mu.
 func (s *queueShares) spare(queue vapi.QueueID) fairshare.Amount {
 	hs := make([]fairshare.Holding, len(s.order))
