@@ -55,8 +55,8 @@ func vgpuArgs(t *testing.T, tiers []conf.Tier) vgpu.Args {
 				}
 			}
 			if p.Name == vgpu.PluginName {
-				if ti != len(tiers)-1 {
-					t.Errorf("vgpu is in tier %d, want the last tier", ti)
+				if ti != 0 {
+					t.Errorf("vgpu is in tier %d, want the first tier (where Volcano asks for victims)", ti)
 				}
 				found = p
 			}

@@ -192,8 +192,10 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 	case ferr != nil:
 		tr.refused.add(refusalOf(ferr))
 		klog.V(5).InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		// Preempt and reclaim try only nodes where evicting could help: enough cards
+		// refuse for usage alone, and the tasks this one may evict hold them.
 		code := vapi.UnschedulableAndUnresolvable
-		if ferr.Resolvable() {
+		if ferr.Resolvable() && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr.req)) {
 			code = vapi.Unschedulable
 		}
 		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: ferr.Error()})

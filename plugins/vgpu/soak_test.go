@@ -138,6 +138,10 @@ func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
 		}
 		node := gpuNode(fmt.Sprintf("n%d", i), 2+r.Intn(4), model, mem)
 		w.nodes[node.Name] = node
+		// The cache re-reads a node from the API server when it changes.
+		if _, err := w.sc.Client().CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		w.sc.AddOrUpdateNode(node)
 	}
 	w.sc.AddPriorityClass(&schedv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000})
@@ -320,6 +324,9 @@ func (w *soakWorld) perturb() {
 		n.Spec.Unschedulable = !n.Spec.Unschedulable
 		w.stats.Cordons++
 		w.nodes[n.Name] = n
+		if _, err := w.sc.Client().CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
 		w.sc.UpdateNode(old, n)
 	}
 	if r.Intn(2) == 0 {

@@ -32,6 +32,8 @@ type vgpuPlugin struct {
 	requests map[vapi.TaskID]*taskRequest
 	// gangs is each job's minimum member count, read when a request is parsed.
 	gangs map[vapi.JobID]int
+	// ssn is the session this plugin was built for (a plugin lives one session).
+	ssn *framework.Session
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -75,9 +77,20 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	ssn.AddJobValidFn(PluginName, p.jobValid)
 	ssn.AddJobEnqueueableFn(PluginName, p.jobEnqueueable)
 	ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onAllocate, DeallocateFunc: p.onDeallocate})
+	p.ssn = ssn
+	evict := func(evictor *vapi.TaskInfo, candidates []*vapi.TaskInfo) ([]*vapi.TaskInfo, int) {
+		return p.victims(ssn, evictor, candidates)
+	}
+	ssn.AddReclaimableFn(PluginName, evict)
+	ssn.AddPreemptableFn(PluginName, evict)
 	if p.args.QueueShare {
 		// After the cards are booked, so that a queue is charged what its task holds.
 		p.shares = p.buildShares(ssn)
+		ssn.AddPreemptiveFn(PluginName, func(queue, task interface{}) bool {
+			q, okq := queue.(*vapi.QueueInfo)
+			t, okt := task.(*vapi.TaskInfo)
+			return !okq || !okt || p.preemptive(q, t)
+		})
 		ssn.AddAllocatableFn(PluginName, func(q *vapi.QueueInfo, t *vapi.TaskInfo) bool { return p.allocatable(ssn, q, t) })
 		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced(ssn), DeallocateFunc: p.onUnplaced})
 	}

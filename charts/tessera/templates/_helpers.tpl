@@ -38,7 +38,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" $img.repository (default $.Chart.AppVersion $img.tag) -}}
 {{- end -}}
 
-{{/* The vgpu plugin entry appended to the last tier. */}}
+{{/* The vgpu plugin entry appended to the first tier. */}}
 {{- define "tessera.vgpuPlugin" -}}
 {{- $v := .Values.scheduler.vgpu -}}
 name: vgpu
@@ -56,7 +56,9 @@ arguments:
 {{- end -}}
 
 {{/* volcano-scheduler.conf: the override verbatim, or generated from scheduler.conf with the
-vgpu plugin appended to the last tier. Either way deviceshare.VGPUEnable must stay off. */}}
+vgpu plugin appended to the first tier (Volcano asks the first tier whose plugins offer
+victims which pods preempt and reclaim may evict; vgpu must be among them to offer only pods
+whose cards help). Either way deviceshare.VGPUEnable must stay off. */}}
 {{- define "tessera.schedulerConf" -}}
 {{- $c := .Values.scheduler.conf -}}
 {{- if $c.override -}}
@@ -67,7 +69,6 @@ vgpu plugin appended to the last tier. Either way deviceshare.VGPUEnable must st
 {{- else -}}
 {{- if not $c.tiers -}}{{- fail "scheduler.conf.tiers must list at least one tier" -}}{{- end -}}
 {{- $tiers := list -}}
-{{- $last := sub (len $c.tiers) 1 -}}
 {{- range $i, $t := $c.tiers -}}
 {{- range $p := $t.plugins -}}
 {{- if eq $p.name "vgpu" -}}{{- fail "scheduler.conf.tiers must not list vgpu: the chart adds it from scheduler.vgpu" -}}{{- end -}}
@@ -78,7 +79,7 @@ vgpu plugin appended to the last tier. Either way deviceshare.VGPUEnable must st
 {{- end -}}
 {{- end -}}
 {{- $plugins := $t.plugins -}}
-{{- if eq $i $last -}}{{- $plugins = append $plugins (include "tessera.vgpuPlugin" $ | fromYaml) -}}{{- end -}}
+{{- if eq $i 0 -}}{{- $plugins = append $plugins (include "tessera.vgpuPlugin" $ | fromYaml) -}}{{- end -}}
 {{- $tiers = append $tiers (dict "plugins" $plugins) -}}
 {{- end -}}
 {{- $conf := dict "actions" $c.actions "tiers" $tiers -}}

@@ -1,0 +1,153 @@
+package vgpu
+
+import (
+	"sort"
+
+	"k8s.io/klog/v2"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins/util"
+
+	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
+)
+
+// Card-aware eviction for Volcano's preempt and reclaim actions. Volcano evicts by
+// CPU, memory and slots and stops as soon as those fit; for a vGPU task what must be
+// freed is cards it can use. The plugin:
+//   - lets a queue reclaim for a vGPU task only while the queue is below its card
+//     share (Preemptive, which every tier must grant);
+//   - tells the predicate whether evicting the tasks this one may evict on a node
+//     could free cards for it, so that Volcano evicts nothing where it cannot help;
+//   - offers as victims the fewest vGPU tasks whose cards, once freed, make the task
+//     fit (Reclaimable, Preemptable), never a pod without vGPU requests. Volcano
+//     takes the victims of the first tier whose plugins offer any, so this choice is
+//     made where the plugin sits in the first tier (config/volcano-scheduler.conf).
+
+// evictable is who may be evicted for a task: tasks of other queues above their card
+// share (reclaim), or of the same queue at a lower priority (preempt).
+func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskInfo) bool {
+	tj, vj := ssn.Jobs[task.Job], ssn.Jobs[victim.Job]
+	if tj == nil || vj == nil || !victim.Preemptable {
+		return false
+	}
+	if tj.Queue == vj.Queue {
+		return victim.Priority < task.Priority || vj.Priority < tj.Priority
+	}
+	if q := ssn.Queues[vj.Queue]; q == nil || !q.Reclaimable() {
+		return false
+	}
+	return p.shares != nil && p.shares.aboveShare(vj.Queue)
+}
+
+// preemptive lets a queue reclaim cards for a vGPU task only while it is below its
+// card share: past it, the task waits for free cards like any other.
+func (p *vgpuPlugin) preemptive(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool {
+	tr := p.request(task)
+	if tr == nil || tr.err != nil || p.shares == nil {
+		return true
+	}
+	ok := p.shares.mayReclaim(queue.UID, fairshare.Requested(tr.req.Containers, p.shares.refMiB))
+	if !ok {
+		klog.V(3).InfoS("vGPU task may not reclaim: its queue is at its card share", "task", klog.KRef(task.Namespace, task.Name),
+			"queue", queue.Name)
+	}
+	return ok
+}
+
+// evictionCouldHelp reports whether evicting every task on the node that this task
+// may evict would let it fit.
+func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, req *engine.Request) bool {
+	var victims []*vapi.TaskInfo
+	for _, v := range node.Tasks {
+		if v.Status == vapi.Running && p.request(v) != nil && p.evictable(ssn, task, v) {
+			victims = append(victims, v)
+		}
+	}
+	return len(victims) > 0 && p.fitsWithout(node.Name, req, victims)
+}
+
+// fitsWithout reports whether the request fits the node once the victims' cards are free.
+func (p *vgpuPlugin) fitsWithout(node string, req *engine.Request, victims []*vapi.TaskInfo) bool {
+	p.ledger.mu.RLock()
+	n, ok := p.ledger.nodes[node]
+	if !ok {
+		p.ledger.mu.RUnlock()
+		return false
+	}
+	n = n.Clone()
+	p.ledger.mu.RUnlock()
+	for _, v := range victims {
+		cs, qos, held, err := p.heldCards(v)
+		if !held || err != nil {
+			continue
+		}
+		n.Release(cs, qos)
+	}
+	_, ferr := engine.FitPod(n, req)
+	return ferr == nil
+}
+
+// victims chooses, among the candidates Volcano offers on one node, the fewest vGPU
+// tasks whose cards make the evictor fit, smallest holdings first. Tasks without vGPU
+// requests are never offered for a vGPU evictor; other evictors are left to the
+// other plugins.
+func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, candidates []*vapi.TaskInfo) ([]*vapi.TaskInfo, int) {
+	tr := p.request(evictor)
+	if tr == nil || tr.err != nil || len(candidates) == 0 {
+		return nil, util.Abstain
+	}
+	node := candidates[0].NodeName
+	type held struct {
+		t    *vapi.TaskInfo
+		cost fairshare.Amount
+	}
+	var useful []held
+	for _, c := range candidates {
+		if p.request(c) == nil || !p.evictable(ssn, evictor, c) {
+			continue
+		}
+		cs, _, ok, err := p.heldCards(c)
+		if !ok || err != nil {
+			continue
+		}
+		useful = append(useful, held{c, fairshare.Assigned(cs)})
+	}
+	sort.SliceStable(useful, func(i, j int) bool { return fairshare.Smaller(useful[i].cost, useful[j].cost) })
+	// One victim if one is enough (least taken away), else the smallest prefix.
+	for _, h := range useful {
+		if p.fitsWithout(node, tr.req, []*vapi.TaskInfo{h.t}) {
+			return []*vapi.TaskInfo{h.t}, util.Permit
+		}
+	}
+	var set []*vapi.TaskInfo
+	for _, h := range useful {
+		set = append(set, h.t)
+		if p.fitsWithout(node, tr.req, set) {
+			return set, util.Permit
+		}
+	}
+	klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
+		"node", node, "candidates", len(candidates))
+	return nil, util.Permit
+}
+
+// aboveShare reports whether a queue holds more card memory or cores than it deserves.
+func (s *queueShares) aboveShare(queue vapi.QueueID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	return ok && !q.allocated.Within(q.deserved)
+}
+
+// mayReclaim reports whether a queue may take cards back for a task costing cost:
+// while it stays within its share, or is below it (max-min to within a task).
+func (s *queueShares) mayReclaim(queue vapi.QueueID, cost fairshare.Amount) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	if !ok {
+		return true
+	}
+	return q.allocated.Add(cost).Within(q.deserved) || fairshare.Below(q.allocated, q.deserved, cost)
+}

@@ -1,0 +1,253 @@
+package vgpu
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/client-go/tools/record"
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	"volcano.sh/volcano/pkg/scheduler/actions/preempt"
+	"volcano.sh/volcano/pkg/scheduler/actions/reclaim"
+	"volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/conf"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins"
+	"volcano.sh/volcano/pkg/scheduler/plugins/conformance"
+	"volcano.sh/volcano/pkg/scheduler/plugins/gang"
+	"volcano.sh/volcano/pkg/scheduler/plugins/nodeorder"
+	"volcano.sh/volcano/pkg/scheduler/plugins/predicates"
+	"volcano.sh/volcano/pkg/scheduler/plugins/priority"
+	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
+	"volcano.sh/volcano/pkg/scheduler/uthelper"
+	"volcano.sh/volcano/pkg/scheduler/util"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// evictTiers puts vgpu in the first tier, beside priority, gang and conformance: Volcano
+// takes its victims from the first tier whose plugins offer any.
+func evictTiers() []conf.Tier {
+	opt := func(n string) conf.PluginOption {
+		o := conf.PluginOption{Name: n}
+		plugins.ApplyPluginConfDefaults(&o)
+		return o
+	}
+	// As config/volcano-scheduler.conf: gang's minAvailable does not shield pods from
+	// preemption inside a queue.
+	g := opt(gang.PluginName)
+	off := false
+	g.EnabledPreemptable = &off
+	return []conf.Tier{
+		{Plugins: []conf.PluginOption{opt(priority.PluginName), g, opt(conformance.PluginName), opt(PluginName)}},
+		{Plugins: []conf.PluginOption{opt(predicates.PluginName), opt(proportion.PluginName), opt(nodeorder.PluginName)}},
+	}
+}
+
+// lastTierVGPU is the layout of confs written before the plugin took part in choosing
+// victims: vgpu in the last tier, where Volcano never asks it for victims.
+func lastTierVGPU() []conf.Tier {
+	t := evictTiers()
+	t[0].Plugins = t[0].Plugins[:3]
+	o := conf.PluginOption{Name: PluginName}
+	plugins.ApplyPluginConfDefaults(&o)
+	t[1].Plugins = append(t[1].Plugins, o)
+	return t
+}
+
+func evictBuilders(captured **vgpuPlugin) map[string]framework.PluginBuilder {
+	b := builders(captured)
+	b[priority.PluginName] = priority.New
+	b[conformance.PluginName] = conformance.New
+	return b
+}
+
+// holding is a running pod of queue's job pg holding one card exclusively (or at cores%).
+func holding(name, node, card string, cores int64, prio int32) *corev1.Pod {
+	p := vgpuPod(name, "pg-"+name, 1, 20000, cores, nil)
+	p.Spec.NodeName = node
+	p.Spec.Priority = &prio
+	p.Status.Phase = corev1.PodRunning
+	p.Annotations[api.AnnotationAssignment] = fmt.Sprintf(
+		`{"version":"v1","node":%q,"qos":"fixed-share","containers":[{"name":"main","cards":[{"uuid":%q,"memoryMiB":20000,"cores":%d}]}]}`,
+		node, card, cores)
+	return p
+}
+
+func prioGroup(name, class string) *schedulingv1.PodGroup {
+	pg := podGroup(name, 1)
+	pg.Spec.PriorityClassName = class
+	return pg
+}
+
+func runningCPU(name, node string) *corev1.Pod {
+	p := cpuPod(name, "pg-"+name)
+	p.Spec.NodeName = node
+	p.Status.Phase = corev1.PodRunning
+	return p
+}
+
+// runEvict schedules tc's objects through actions with a buffered evictor (Volcano's
+// test harness evictor blocks until read) and returns the session and what was evicted.
+func runEvict(t *testing.T, tc *uthelper.TestCommonStruct, actions ...framework.Action) (*framework.Session, []string) {
+	return runEvictWith(t, tc, evictTiers(), actions...)
+}
+
+func runEvictWith(t *testing.T, tc *uthelper.TestCommonStruct, tiers []conf.Tier, actions ...framework.Action) (*framework.Session, []string) {
+	t.Helper()
+	pending = newPendingStore()
+	ev := util.NewFakeEvictor(100)
+	sc := cache.NewCustomMockSchedulerCache("volcano", util.NewFakeBinder(100), ev, &util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
+	for _, n := range tc.Nodes {
+		sc.AddOrUpdateNode(n)
+	}
+	for _, q := range tc.Queues {
+		sc.AddQueueV1beta1(q)
+	}
+	for _, pc := range tc.PriClass {
+		sc.AddPriorityClass(pc)
+	}
+	for _, pg := range tc.PodGroups {
+		sc.AddPodGroupV1beta1(pg)
+	}
+	for _, p := range tc.Pods {
+		sc.AddPod(p)
+	}
+	uthelper.RegisterPlugins(evictBuilders(nil))
+	t.Cleanup(framework.CleanupPluginBuilders)
+	ssn := framework.OpenSession(sc, tiers, nil)
+	t.Cleanup(func() { framework.CloseSession(ssn) })
+	for _, a := range actions {
+		a.Initialize()
+		a.Execute(ssn)
+		a.UnInitialize()
+	}
+	// Evictions are sent asynchronously: wait until none arrives for a while.
+	n := -1
+	for n != ev.Length() {
+		n = ev.Length()
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := ev.Evicts()
+	sort.Strings(got)
+	return ssn, got
+}
+
+// Queue a holds every card with an elastic job (four pods, minimum one) and runs an
+// elastic CPU-only job beside it; queue b, of the same weight, submits two one-card
+// tasks. Reclaim takes back exactly two of a's cards, evicting two of a's vGPU pods and
+// none of its CPU-only pods, and pipelines b's tasks there.
+func TestReclaimTakesCardsBackFromTheQueueAboveItsShare(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:  []*corev1.Node{gpuNode("n1", 2, "NVIDIA A100", 40960), gpuNode("n2", 2, "NVIDIA A100", 40960)},
+		Queues: []*schedulingv1.Queue{util.BuildQueue("a", 1, nil), util.BuildQueue("b", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-a", "ns", "a", 1, nil, schedulingv1.PodGroupRunning),
+			util.BuildPodGroup("pg-a-cpu", "ns", "a", 1, nil, schedulingv1.PodGroupRunning)},
+	}
+	for i, at := range []struct{ node, card string }{{"n1", "GPU-n1-0"}, {"n1", "GPU-n1-1"}, {"n2", "GPU-n2-0"}, {"n2", "GPU-n2-1"}} {
+		p := holding(fmt.Sprintf("a-%d", i), at.node, at.card, 100, 1)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-a"
+		tc.Pods = append(tc.Pods, p)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		p := runningCPU("a-cpu-"+n, n)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-a-cpu"
+		tc.Pods = append(tc.Pods, p)
+	}
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("b-%d", i)
+		tc.PodGroups = append(tc.PodGroups, util.BuildPodGroup("pg-"+name, "ns", "b", 1, nil, schedulingv1.PodGroupInqueue))
+		tc.Pods = append(tc.Pods, vgpuPod(name, "pg-"+name, 1, 20000, 100, nil))
+	}
+	ssn, got := runEvict(t, tc, allocate.New(), reclaim.New())
+	if len(got) != 2 {
+		t.Fatalf("evicted %v, want two of queue a's vGPU pods", got)
+	}
+	for _, e := range got {
+		if e == "ns/a-cpu-n1" || e == "ns/a-cpu-n2" {
+			t.Fatalf("evicted the CPU-only pod %s for a card shortage (all: %v)", e, got)
+		}
+	}
+	pipelined := 0
+	for _, job := range ssn.Jobs {
+		for _, task := range job.Tasks {
+			if task.Status.String() == "Pipelined" {
+				pipelined++
+			}
+		}
+	}
+	if pipelined != 2 {
+		t.Errorf("%d of queue b's tasks pipelined, want 2", pipelined)
+	}
+}
+
+// A task whose type filter matches no card on the node is never worth an eviction:
+// nothing is evicted, however low the victims' priority.
+func TestPreemptEvictsNothingForACardItCannotUse(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
+		Queues:    queues(),
+		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-low", "low"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
+		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
+	}
+	low := holding("low", "n1", "GPU-n1-0", 100, 1)
+	low.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-low"
+	cpu := runningCPU("cpu", "n1")
+	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
+	high := vgpuPod("high", "pg-high", 1, 20000, 100, map[string]string{api.AnnotationGPUTypeInclude: "H100"})
+	prio := int32(1000)
+	high.Spec.Priority = &prio
+	tc.Pods = []*corev1.Pod{low, cpu, high}
+	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 0 {
+		t.Fatalf("evicted %v for a task that can use no card here", got)
+	}
+}
+
+// Inside a queue, a high-priority vGPU task preempts the low-priority vGPU pod whose
+// card it can use, not the CPU-only pod beside it.
+func TestPreemptEvictsTheVGPUPodThatFreesTheCard(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
+		Queues:    queues(),
+		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-low", "low"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
+		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
+	}
+	low := holding("low", "n1", "GPU-n1-0", 100, 1)
+	low.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-low"
+	cpu := runningCPU("cpu", "n1")
+	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
+	high := vgpuPod("high", "pg-high", 1, 20000, 100, nil)
+	prio := int32(1000)
+	high.Spec.Priority = &prio
+	tc.Pods = []*corev1.Pod{low, cpu, high}
+	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 1 || got[0] != "ns/low" {
+		t.Fatalf("evicted %v, want exactly ns/low", got)
+	}
+}
+
+// Where the plugin does not choose victims, the predicate still keeps preempt off a node
+// whose cards only tasks it may not evict hold: the lower-priority CPU-only pod there
+// is not evicted for a card shortage.
+func TestPreemptLeavesANodeWhoseCardsItMayNotTake(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
+		Queues:    queues(),
+		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-peer", "high"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
+		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
+	}
+	prio := int32(1000)
+	peer := holding("peer", "n1", "GPU-n1-0", 100, prio)
+	peer.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-peer"
+	cpu := runningCPU("cpu", "n1")
+	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
+	high := vgpuPod("high", "pg-high", 1, 20000, 100, nil)
+	high.Spec.Priority = &prio
+	tc.Pods = []*corev1.Pod{peer, cpu, high}
+	if _, got := runEvictWith(t, tc, lastTierVGPU(), allocate.New(), preempt.New()); len(got) != 0 {
+		t.Fatalf("evicted %v; the card is held by a pod of equal priority", got)
+	}
+}
