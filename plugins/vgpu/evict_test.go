@@ -185,23 +185,32 @@ func TestReclaimTakesCardsBackFromTheQueueAboveItsShare(t *testing.T) {
 	}
 }
 
-// A task whose type filter matches no card on the node is never worth an eviction:
-// nothing is evicted, however low the victims' priority.
-func TestPreemptEvictsNothingForACardItCannotUse(t *testing.T) {
+// preemptScene is one node with one card held by a vGPU pod of the holder's priority
+// class, a CPU-only pod of class "low", and a pending "high" vGPU task with the given
+// annotations: all in one queue.
+func preemptScene(holderClass string, highAnn map[string]string) *uthelper.TestCommonStruct {
+	value := map[string]int32{"low": 10, "high": 1000}
 	tc := &uthelper.TestCommonStruct{
 		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
 		Queues:    queues(),
-		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-low", "low"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
-		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
+		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-holder", holderClass), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
+		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", value["low"]), util.BuildPriorityClass("high", value["high"])},
 	}
-	low := holding("low", "n1", "GPU-n1-0", 100, 1)
-	low.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-low"
+	holder := holding("holder", "n1", "GPU-n1-0", 100, value[holderClass])
+	holder.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-holder"
 	cpu := runningCPU("cpu", "n1")
 	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
-	high := vgpuPod("high", "pg-high", 1, 20000, 100, map[string]string{api.AnnotationGPUTypeInclude: "H100"})
-	prio := int32(1000)
+	high := vgpuPod("high", "pg-high", 1, 20000, 100, highAnn)
+	prio := value["high"]
 	high.Spec.Priority = &prio
-	tc.Pods = []*corev1.Pod{low, cpu, high}
+	tc.Pods = []*corev1.Pod{holder, cpu, high}
+	return tc
+}
+
+// A task whose type filter matches no card on the node is never worth an eviction:
+// nothing is evicted, however low the victims' priority.
+func TestPreemptEvictsNothingForACardItCannotUse(t *testing.T) {
+	tc := preemptScene("low", map[string]string{api.AnnotationGPUTypeInclude: "H100"})
 	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 0 {
 		t.Fatalf("evicted %v for a task that can use no card here", got)
 	}
@@ -210,44 +219,16 @@ func TestPreemptEvictsNothingForACardItCannotUse(t *testing.T) {
 // Inside a queue, a high-priority vGPU task preempts the low-priority vGPU pod whose
 // card it can use, not the CPU-only pod beside it.
 func TestPreemptEvictsTheVGPUPodThatFreesTheCard(t *testing.T) {
-	tc := &uthelper.TestCommonStruct{
-		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
-		Queues:    queues(),
-		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-low", "low"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
-		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
-	}
-	low := holding("low", "n1", "GPU-n1-0", 100, 1)
-	low.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-low"
-	cpu := runningCPU("cpu", "n1")
-	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
-	high := vgpuPod("high", "pg-high", 1, 20000, 100, nil)
-	prio := int32(1000)
-	high.Spec.Priority = &prio
-	tc.Pods = []*corev1.Pod{low, cpu, high}
-	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 1 || got[0] != "ns/low" {
-		t.Fatalf("evicted %v, want exactly ns/low", got)
+	if _, got := runEvict(t, preemptScene("low", nil), allocate.New(), preempt.New()); len(got) != 1 || got[0] != "ns/holder" {
+		t.Fatalf("evicted %v, want exactly ns/holder", got)
 	}
 }
 
-// Where the plugin does not choose victims, the predicate still keeps preempt off a node
-// whose cards only tasks it may not evict hold: the lower-priority CPU-only pod there
-// is not evicted for a card shortage.
+// With the plugin in a later tier, where Volcano does not ask it for victims, a card
+// held by a pod of equal priority is not freed by evicting the lower-priority CPU-only
+// pod beside it.
 func TestPreemptLeavesANodeWhoseCardsItMayNotTake(t *testing.T) {
-	tc := &uthelper.TestCommonStruct{
-		Nodes:     []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
-		Queues:    queues(),
-		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-peer", "high"), prioGroup("pg-cpu", "low"), prioGroup("pg-high", "high")},
-		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", 10), util.BuildPriorityClass("high", 1000)},
-	}
-	prio := int32(1000)
-	peer := holding("peer", "n1", "GPU-n1-0", 100, prio)
-	peer.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-peer"
-	cpu := runningCPU("cpu", "n1")
-	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-cpu"
-	high := vgpuPod("high", "pg-high", 1, 20000, 100, nil)
-	high.Spec.Priority = &prio
-	tc.Pods = []*corev1.Pod{peer, cpu, high}
-	if _, got := runEvictWith(t, tc, lastTierVGPU(), allocate.New(), preempt.New()); len(got) != 0 {
+	if _, got := runEvictWith(t, preemptScene("high", nil), lastTierVGPU(), allocate.New(), preempt.New()); len(got) != 0 {
 		t.Fatalf("evicted %v; the card is held by a pod of equal priority", got)
 	}
 }
