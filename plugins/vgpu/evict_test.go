@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
 	"volcano.sh/volcano/pkg/scheduler/actions/preempt"
 	"volcano.sh/volcano/pkg/scheduler/actions/reclaim"
 	"volcano.sh/volcano/pkg/scheduler/cache"
@@ -45,6 +46,16 @@ func evictTiers() []conf.Tier {
 	return []conf.Tier{
 		{Plugins: []conf.PluginOption{opt(priority.PluginName), g, opt(conformance.PluginName), opt(PluginName)}},
 		{Plugins: []conf.PluginOption{opt(predicates.PluginName), opt(proportion.PluginName), opt(nodeorder.PluginName)}},
+	}
+}
+
+// enableActions records the session's actions where Volcano's actions look them up
+// (allocate and reclaim skip Pending jobs only when enqueue is enabled), as the
+// scheduler does from its conf.
+func enableActions(actions []framework.Action) {
+	conf.EnabledActionMap = map[string]bool{}
+	for _, a := range actions {
+		conf.EnabledActionMap[a.Name()] = true
 	}
 }
 
@@ -121,6 +132,7 @@ func runEvictWith(t *testing.T, tc *uthelper.TestCommonStruct, tiers []conf.Tier
 	t.Cleanup(framework.CleanupPluginBuilders)
 	ssn := framework.OpenSession(sc, tiers, nil)
 	t.Cleanup(func() { framework.CloseSession(ssn) })
+	enableActions(actions)
 	for _, a := range actions {
 		a.Initialize()
 		a.Execute(ssn)
@@ -160,10 +172,14 @@ func TestReclaimTakesCardsBackFromTheQueueAboveItsShare(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		name := fmt.Sprintf("b-%d", i)
-		tc.PodGroups = append(tc.PodGroups, util.BuildPodGroup("pg-"+name, "ns", "b", 1, nil, schedulingv1.PodGroupInqueue))
+		// Submitted as Volcano's job controller does: Pending, with minResources, so
+		// that enqueue must admit a job that only reclaim can make room for.
+		pg := util.BuildPodGroup("pg-"+name, "ns", "b", 1, nil, schedulingv1.PodGroupPending)
+		pg.Spec.MinResources = &corev1.ResourceList{}
+		tc.PodGroups = append(tc.PodGroups, pg)
 		tc.Pods = append(tc.Pods, vgpuPod(name, "pg-"+name, 1, 20000, 100, nil))
 	}
-	ssn, got := runEvict(t, tc, allocate.New(), reclaim.New())
+	ssn, got := runEvict(t, tc, enqueue.New(), allocate.New(), reclaim.New())
 	if len(got) != 2 {
 		t.Fatalf("evicted %v, want two of queue a's vGPU pods", got)
 	}

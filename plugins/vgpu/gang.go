@@ -108,15 +108,16 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	}
 	why := ""
 	if p.shares != nil {
-		costs := make([]fairshare.Amount, len(reqs))
-		for i, tr := range reqs {
-			costs[i] = fairshare.Requested(tr.req.Containers, p.shares.refMiB)
-		}
-		why = p.shares.beyondCapability(job.Queue, costs, need)
+		why = p.shares.beyondCapability(job.Queue, costs(reqs, p.shares.refMiB), need)
 	}
 	if why == "" {
 		free, smallest := p.ledger.free()
 		why = exceeds(reqs, need, free, smallest, "free in the cluster")
+		if why != "" && p.shares != nil && p.shares.entitled(job.Queue, costs(reqs, p.shares.refMiB), need) {
+			// The queue is owed the cards: reclaim takes them back from queues above
+			// their share, but only for jobs that are in the queue.
+			why = ""
+		}
 	}
 	if why == "" {
 		return util.Abstain
@@ -124,6 +125,15 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	job.JobFitErrors = "vgpu: " + why
 	klog.V(3).InfoS("vGPU job not enqueued", "job", klog.KRef(job.Namespace, job.Name), "reason", why)
 	return util.Reject
+}
+
+// costs are the requests' card costs for the queue shares.
+func costs(reqs []*taskRequest, refMiB int64) []fairshare.Amount {
+	out := make([]fairshare.Amount, len(reqs))
+	for i, tr := range reqs {
+		out[i] = fairshare.Requested(tr.req.Containers, refMiB)
+	}
+	return out
 }
 
 // exceeds reports why the cheapest need members of reqs cannot fit in capacity c,

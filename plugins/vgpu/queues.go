@@ -214,27 +214,46 @@ func (s *queueShares) beyondCapability(queue vapi.QueueID, costs []fairshare.Amo
 	if !ok || need <= 0 || len(costs) == 0 {
 		return ""
 	}
-	cheapest := func(of func(fairshare.Amount) float64) float64 {
+	m, c := cheapest(costs, need)
+	if m > q.capability.MemoryMiB {
+		return fmt.Sprintf("queue %s's capability of %.0f MiB of card memory is less than the %.0f MiB its %d members need",
+			q.name, q.capability.MemoryMiB, m, need)
+	}
+	if c > q.capability.Cores {
+		return fmt.Sprintf("queue %s's capability of %.0f%% of card cores is less than the %.0f%% its %d members need",
+			q.name, q.capability.Cores, c, need)
+	}
+	return ""
+}
+
+// entitled reports whether the cheapest need of costs fit in what the queue is owed:
+// its deserved share less what it holds.
+func (s *queueShares) entitled(queue vapi.QueueID, costs []fairshare.Amount, need int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[queue]
+	if !ok || need <= 0 || len(costs) == 0 {
+		return false
+	}
+	m, c := cheapest(costs, need)
+	return fairshare.Amount{MemoryMiB: m, Cores: c}.Within(q.deserved.Sub(q.allocated))
+}
+
+// cheapest sums, per dimension, the need smallest of costs.
+func cheapest(costs []fairshare.Amount, need int) (memoryMiB, cores float64) {
+	sum := func(of func(fairshare.Amount) float64) float64 {
 		vs := make([]float64, len(costs))
 		for i, c := range costs {
 			vs[i] = of(c)
 		}
 		sort.Float64s(vs)
-		sum := 0.0
+		total := 0.0
 		for _, v := range vs[:min(need, len(vs))] {
-			sum += v
+			total += v
 		}
-		return sum
+		return total
 	}
-	if m := cheapest(func(a fairshare.Amount) float64 { return a.MemoryMiB }); m > q.capability.MemoryMiB {
-		return fmt.Sprintf("queue %s's capability of %.0f MiB of card memory is less than the %.0f MiB its %d members need",
-			q.name, q.capability.MemoryMiB, m, need)
-	}
-	if c := cheapest(func(a fairshare.Amount) float64 { return a.Cores }); c > q.capability.Cores {
-		return fmt.Sprintf("queue %s's capability of %.0f%% of card cores is less than the %.0f%% its %d members need",
-			q.name, q.capability.Cores, c, need)
-	}
-	return ""
+	return sum(func(a fairshare.Amount) float64 { return a.MemoryMiB }), sum(func(a fairshare.Amount) float64 { return a.Cores })
 }
 
 // spare is what queue could borrow beyond its share; callers hold mu.
