@@ -20,9 +20,12 @@ import (
 // DeallocateFunc runs) instead of binding a vGPU pod without cards.
 func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	task := e.Task
+	if task.Status == vapi.Pipelined {
+		p.onPipeline(e)
+		return
+	}
 	if task.Status != vapi.Allocated {
-		// Pipelined tasks wait for resources being released and bind in a later
-		// session; an evicted task restored by a discarded statement kept its cards.
+		// An evicted task restored by a discarded statement kept its cards.
 		return
 	}
 	tr := p.request(task)
@@ -92,6 +95,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 // onDeallocate gives back the cards of an allocation that is rolled back.
 func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 	task := e.Task
+	p.unpipeline(task.UID)
 	if task.Status == vapi.Releasing {
 		// An evicted pod holds its cards until it is gone; a later session sees that.
 		return

@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"fmt"
 	"sort"
 
 	"k8s.io/klog/v2"
@@ -8,6 +9,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/plugins/engine"
 	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
@@ -150,4 +152,83 @@ func (s *queueShares) mayReclaim(queue vapi.QueueID, cost fairshare.Amount) bool
 		return true
 	}
 	return q.allocated.Add(cost).Within(q.deserved) || fairshare.Below(q.allocated, q.deserved, cost)
+}
+
+// onPipeline refuses to pipeline a vGPU task onto a node whose cards will not take it
+// once the pods being evicted there are gone (Volcano pipelines when CPU, memory and
+// slots fit, cards unseen); a refused pipeline is rolled back by Volcano. An accepted
+// one keeps its cards in view for the other pipelines of the session.
+func (p *vgpuPlugin) onPipeline(e *framework.Event) {
+	task := e.Task
+	tr := p.request(task)
+	if tr == nil || p.ssn == nil {
+		return
+	}
+	if tr.err != nil {
+		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, klog.KRef(task.Namespace, task.Name), tr.err)
+		return
+	}
+	node, ok := p.ssn.Nodes[task.NodeName]
+	if !ok {
+		e.Err = fmt.Errorf("%s: task %s pipelined to unknown node %s", PluginName, klog.KRef(task.Namespace, task.Name), task.NodeName)
+		return
+	}
+	n := p.futureNode(node)
+	if n == nil {
+		e.Err = fmt.Errorf("%s: task %s pipelined to node %s, which has no usable vGPU inventory", PluginName,
+			klog.KRef(task.Namespace, task.Name), task.NodeName)
+		return
+	}
+	fit, ferr := engine.FitPod(n, tr.req)
+	if ferr != nil {
+		e.Err = fmt.Errorf("%s: task %s will not fit the cards of node %s even once its evicted pods are gone: %w", PluginName,
+			klog.KRef(task.Namespace, task.Name), task.NodeName, ferr)
+		klog.V(3).InfoS("Refusing to pipeline a vGPU task", "err", e.Err)
+		return
+	}
+	p.mu.Lock()
+	p.pipelined[task.UID] = pipelinedFit{node: task.NodeName, containers: fit.Containers, qos: tr.req.Options.QoS}
+	p.mu.Unlock()
+}
+
+func (p *vgpuPlugin) unpipeline(id vapi.TaskID) {
+	p.mu.Lock()
+	delete(p.pipelined, id)
+	p.mu.Unlock()
+}
+
+// pipelinedFit is the cards a pipelined task expects once its victims are gone.
+type pipelinedFit struct {
+	node       string
+	containers []api.ContainerAssignment
+	qos        api.QoSClass
+}
+
+// futureNode is the node's cards once the pods being evicted from it are gone, less
+// what the session's other pipelined tasks there expect.
+func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *engine.Node {
+	p.ledger.mu.RLock()
+	n, ok := p.ledger.nodes[node.Name]
+	if !ok {
+		p.ledger.mu.RUnlock()
+		return nil
+	}
+	n = n.Clone()
+	p.ledger.mu.RUnlock()
+	for _, t := range node.Tasks {
+		if t.Status != vapi.Releasing || p.request(t) == nil {
+			continue
+		}
+		if cs, qos, held, err := p.heldCards(t); held && err == nil {
+			n.Release(cs, qos)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.pipelined {
+		if f.node == node.Name {
+			n.Account(f.containers, f.qos)
+		}
+	}
+	return n
 }

@@ -10,10 +10,12 @@ import (
 	schedv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/client-go/tools/record"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/pkg/scheduler"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
 	"volcano.sh/volcano/pkg/scheduler/actions/preempt"
 	"volcano.sh/volcano/pkg/scheduler/actions/reclaim"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/cache"
 	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -246,5 +248,41 @@ func TestPreemptEvictsTheVGPUPodThatFreesTheCard(t *testing.T) {
 func TestPreemptLeavesANodeWhoseCardsItMayNotTake(t *testing.T) {
 	if _, got := runEvictWith(t, preemptScene("high", nil), lastTierVGPU(), allocate.New(), preempt.New()); len(got) != 0 {
 		t.Fatalf("evicted %v; the card is held by a pod of equal priority", got)
+	}
+}
+
+// With the shipped conf's actions in order, preempt must not pipeline a vGPU task onto
+// cards that stay full (Volcano pipelines when CPU, memory and slots fit): that made
+// the late queue look overused to proportion, and reclaim skipped it for ever.
+func TestShippedActionsReclaimForALateQueue(t *testing.T) {
+	actions, tiers, _, _, err := scheduler.UnmarshalSchedulerConf(exampleConf(t, "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 4, "NVIDIA A100", 40960), gpuNode("n2", 4, "NVIDIA A100", 40960)},
+		Queues:    []*schedulingv1.Queue{util.BuildQueue("early", 1, nil), util.BuildQueue("late", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-a", "ns", "early", 1, nil, schedulingv1.PodGroupRunning)},
+	}
+	for i := 0; i < 8; i++ {
+		p := holding(fmt.Sprintf("a-%d", i), fmt.Sprintf("n%d", 1+i/4), fmt.Sprintf("GPU-n%d-%d", 1+i/4, i%4), 100, 1)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-a"
+		tc.Pods = append(tc.Pods, p)
+	}
+	pg := util.BuildPodGroup("pg-late", "ns", "late", 1, nil, schedulingv1.PodGroupPending)
+	pg.Spec.MinResources = &corev1.ResourceList{}
+	tc.PodGroups = append(tc.PodGroups, pg)
+	for i := 0; i < 4; i++ {
+		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("late-%d", i), "pg-late", 1, 20000, 100, nil))
+	}
+	ssn, got := runEvictWith(t, tc, tiers, actions...)
+	// Volcano reclaims for an elastic job until it is no longer starving: one task.
+	if len(got) != 1 {
+		t.Fatalf("evicted %v, want one of queue early's pods", got)
+	}
+	for _, job := range ssn.Jobs {
+		if job.Name == "pg-late" && len(job.TaskStatusIndex[vapi.Pipelined]) != 1 {
+			t.Fatalf("%d of late's tasks pipelined, want the one its eviction made room for", len(job.TaskStatusIndex[vapi.Pipelined]))
+		}
 	}
 }

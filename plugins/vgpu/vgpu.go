@@ -34,6 +34,8 @@ type vgpuPlugin struct {
 	gangs map[vapi.JobID]int
 	// ssn is the session this plugin was built for (a plugin lives one session).
 	ssn *framework.Session
+	// pipelined are the session's pipelined vGPU tasks and the cards they expect.
+	pipelined map[vapi.TaskID]pipelinedFit
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -51,7 +53,8 @@ func New(arguments framework.Arguments) framework.Plugin {
 	if err != nil {
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
 	}
-	return &vgpuPlugin{args: args, store: pending, now: time.Now, requests: map[vapi.TaskID]*taskRequest{}}
+	return &vgpuPlugin{args: args, store: pending, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
+		pipelined: map[vapi.TaskID]pipelinedFit{}}
 }
 
 func (p *vgpuPlugin) Name() string { return PluginName }
