@@ -13,7 +13,8 @@ import (
 
 // Reclaim by card share: queue early fills every one of the 24 cards with an elastic job
 // (24 exclusive one-card pods, minimum 1) and runs a CPU-only job beside it; queue late,
-// of the same weight, then asks for 12 cards. Volcano's reclaim, with the vgpu plugin
+// of the same weight, then submits a 12-card gang (minimum 12: Volcano's reclaim serves
+// a job only while it is below its minimum). Volcano's reclaim, with the vgpu plugin
 // choosing victims, takes 12 cards back from early: late ends with 12 pods running on
 // cards, no card is over-committed, and neither late's pods nor early's CPU-only pods
 // are evicted for it.
@@ -35,7 +36,7 @@ func TestReclaimGivesTheLateQueueItsShareOfCards(t *testing.T) {
 	cpuUIDs := uids(cpu)
 
 	start := time.Now()
-	submit(t, workload.Job(n, "late", "late", 1, workload.Task{Name: "w", Replicas: 12, Containers: []workload.Container{card}}))
+	submit(t, workload.Job(n, "late", "late", 12, workload.Task{Name: "w", Replicas: 12, Containers: []workload.Container{card}}))
 	late, err := workload.WaitPods(context.Background(), cl.Client, n, "late", 3*time.Minute, workload.AllPhase(12, corev1.PodRunning))
 	if err != nil {
 		pods, _ := workload.Pods(context.Background(), cl.Client, n, "early")
