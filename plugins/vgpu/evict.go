@@ -33,6 +33,11 @@ func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskIn
 	if tj == nil || vj == nil || !victim.Preemptable {
 		return false
 	}
+	// A gang keeps its minimum: only members beyond it are offered (the shipped conf
+	// turns gang's own check off for preempt). A job of one member goes whole.
+	if vj.MinAvailable > 1 && vj.ReadyTaskNum() <= vj.MinAvailable {
+		return false
+	}
 	if tj.Queue == vj.Queue {
 		return victim.Priority < task.Priority || vj.Priority < tj.Priority
 	}
@@ -109,6 +114,9 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 		if p.request(c) == nil || !p.evictable(ssn, evictor, c) {
 			continue
 		}
+		if c.Job == evictor.Job {
+			continue // a task never evicts its own gang's members
+		}
 		cs, _, ok, err := p.heldCards(c)
 		if !ok || err != nil {
 			continue
@@ -123,7 +131,19 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 		}
 	}
 	var set []*vapi.TaskInfo
+	spare := map[vapi.JobID]int32{}
 	for _, h := range useful {
+		job := ssn.Jobs[h.t.Job]
+		if _, seen := spare[job.UID]; !seen {
+			spare[job.UID] = job.ReadyTaskNum() - job.MinAvailable
+			if job.MinAvailable <= 1 {
+				spare[job.UID] = job.ReadyTaskNum()
+			}
+		}
+		if spare[job.UID] <= 0 {
+			continue // its gang has no more members above its minimum
+		}
+		spare[job.UID]--
 		set = append(set, h.t)
 		if p.fitsWithout(node, tr.req, set) {
 			return set, util.Permit
