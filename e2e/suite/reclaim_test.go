@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestReclaimGivesTheLateQueueItsShareOfCards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := uids(pods); !sameUIDs(got, want) {
+		if got := uids(pods); !maps.Equal(got, want) {
 			t.Errorf("job %s lost pods to eviction: %v, before %v", job, got, want)
 		}
 	}
@@ -78,16 +79,4 @@ func uids(pods []corev1.Pod) map[string]types.UID {
 		out[p.Name] = p.UID
 	}
 	return out
-}
-
-func sameUIDs(a, b map[string]types.UID) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

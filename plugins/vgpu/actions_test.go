@@ -133,10 +133,7 @@ func TestAssignmentForAnotherNodeIsIgnored(t *testing.T) {
 	pending.put(moved.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n2", QoS: api.QoSFixedShare,
 		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n2-0", MemoryMiB: 12000, Cores: 30}}}}},
 		time.Now())
-	var p *vgpuPlugin
-	tc.Plugins = builders(&p)
-	tc.RegisterSession(tiers(true, nil), nil)
-	t.Cleanup(tc.Close)
+	_, p := open(t, tc, tiers(true, nil))
 	if _, kept := pending.get(moved.UID); !kept {
 		t.Error("the in-flight assignment was dropped although the pod's own names another node")
 	}
@@ -158,10 +155,7 @@ func TestDiscardedEvictionLeavesTheQueueShareAsItWas(t *testing.T) {
 		Queues:    queues(),
 	}
 	pending = newPendingStore()
-	var p *vgpuPlugin
-	tc.Plugins = builders(&p)
-	ssn := tc.RegisterSession(tiers(true, nil), nil)
-	t.Cleanup(tc.Close)
+	ssn, p := open(t, tc, tiers(true, nil))
 	snapshot := func() string {
 		var out string
 		for _, id := range p.shares.order {
@@ -201,8 +195,6 @@ func TestPipelinedMembersCountForTheGang(t *testing.T) {
 		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("w%d", i), "pg", 1, 40960, 100, nil))
 	}
 	pending = newPendingStore()
-	var p *vgpuPlugin
-	tc.Plugins = builders(&p)
 	// Without the predicates plugin: its reserve step needs the state of a predicate
 	// run, which pipelining by hand does not have.
 	ts := tiers(true, nil)
@@ -213,8 +205,7 @@ func TestPipelinedMembersCountForTheGang(t *testing.T) {
 		}
 	}
 	ts[0].Plugins = kept
-	ssn := tc.RegisterSession(ts, nil)
-	t.Cleanup(tc.Close)
+	ssn, p := open(t, tc, ts)
 	var job *vapi.JobInfo
 	for _, j := range ssn.Jobs {
 		job = j

@@ -36,10 +36,7 @@ func TestAllocationThatCannotBookCardsIsRolledBack(t *testing.T) {
 				Queues:    queues(),
 			}
 			pending = newPendingStore()
-			var p *vgpuPlugin
-			tc.Plugins = builders(&p)
-			ssn := tc.RegisterSession(tiers(true, nil), nil)
-			t.Cleanup(tc.Close)
+			ssn, p := open(t, tc, tiers(true, nil))
 
 			var task *vapi.TaskInfo
 			for _, job := range ssn.Jobs {

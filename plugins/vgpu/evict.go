@@ -76,14 +76,10 @@ func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskIn
 
 // fitsWithout reports whether the request fits the node once the victims' cards are free.
 func (p *vgpuPlugin) fitsWithout(node string, req *engine.Request, victims []*vapi.TaskInfo) bool {
-	p.ledger.mu.RLock()
-	n, ok := p.ledger.nodes[node]
-	if !ok {
-		p.ledger.mu.RUnlock()
+	n := p.ledger.clone(node)
+	if n == nil {
 		return false
 	}
-	n = n.Clone()
-	p.ledger.mu.RUnlock()
 	for _, v := range victims {
 		cs, qos, held, err := p.heldCards(v)
 		if !held || err != nil {
@@ -227,14 +223,10 @@ type pipelinedFit struct {
 // futureNode is the node's cards once the pods being evicted from it are gone, less
 // what the session's other pipelined tasks there expect.
 func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *engine.Node {
-	p.ledger.mu.RLock()
-	n, ok := p.ledger.nodes[node.Name]
-	if !ok {
-		p.ledger.mu.RUnlock()
+	n := p.ledger.clone(node.Name)
+	if n == nil {
 		return nil
 	}
-	n = n.Clone()
-	p.ledger.mu.RUnlock()
 	for _, t := range node.Tasks {
 		if t.Status != vapi.Releasing || p.request(t) == nil {
 			continue

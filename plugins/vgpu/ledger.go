@@ -104,6 +104,16 @@ func (l *ledger) cachedScore(task vapi.TaskID, node string, req *engine.Request)
 	return s, ferr == nil
 }
 
+// clone returns a copy of one node's cards to compute on, or nil without inventory.
+func (l *ledger) clone(node string) *engine.Node {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n, ok := l.nodes[node]; ok {
+		return n.Clone()
+	}
+	return nil
+}
+
 // usage returns a copy of one node's cards, for metrics and tests.
 func (l *ledger) usage(node string) []engine.CardState {
 	l.mu.RLock()

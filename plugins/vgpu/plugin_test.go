@@ -10,6 +10,7 @@ import (
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
+	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
@@ -21,14 +22,22 @@ import (
 func session(t *testing.T, tc *uthelper.TestCommonStruct, withVGPU bool, args framework.Arguments, actions ...framework.Action) (*framework.Session, *vgpuPlugin) {
 	t.Helper()
 	pending = newPendingStore()
-	var p *vgpuPlugin
-	tc.Plugins = builders(&p)
-	ssn := tc.RegisterSession(tiers(withVGPU, args), nil)
-	t.Cleanup(tc.Close)
+	ssn, p := open(t, tc, tiers(withVGPU, args))
 	if len(actions) == 0 {
 		actions = []framework.Action{allocate.New()}
 	}
 	tc.Run(actions)
+	return ssn, p
+}
+
+// open registers the plugins and opens a session on tc without running any action; it
+// returns the session and the vgpu plugin it built. The in-flight store is the caller's.
+func open(t *testing.T, tc *uthelper.TestCommonStruct, ts []conf.Tier) (*framework.Session, *vgpuPlugin) {
+	t.Helper()
+	var p *vgpuPlugin
+	tc.Plugins = builders(&p)
+	ssn := tc.RegisterSession(ts, nil)
+	t.Cleanup(tc.Close)
 	return ssn, p
 }
 

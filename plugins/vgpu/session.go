@@ -104,20 +104,16 @@ func assignedNode(pod *corev1.Pod) (string, bool) {
 	return a.Node, true
 }
 
-// scrubUnbound prepares the session's pending vGPU tasks: an assignment an unbound pod
-// carries (written back by Volcano without a bind) is dropped from the session's copy,
-// so that it can neither be trusted nor travel on a later Binding; and a task whose
-// only requests are vGPU resources, which Volcano sizes as BestEffort, is made a
-// regular task, so that backfill never places it outside its gang and queue share.
-func (p *vgpuPlugin) scrubUnbound(ssn *framework.Session) (scrubbed, promoted int) {
+// scrubUnbound drops, from the session's copy of each pending vGPU pod, an assignment
+// it carries without being bound (written back by Volcano without a bind), so that it
+// can neither be trusted nor travel on a later Binding. (Pending vGPU tasks are never
+// BestEffort to Volcano: a valid request names volcano.sh/vgpu-number, which Volcano
+// counts, so backfill never places them outside their gang and queue share.)
+func (p *vgpuPlugin) scrubUnbound(ssn *framework.Session) (scrubbed int) {
 	for _, job := range ssn.Jobs {
 		for _, task := range job.TaskStatusIndex[vapi.Pending] {
 			if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 				continue
-			}
-			if task.BestEffort {
-				task.BestEffort = false
-				promoted++
 			}
 			if task.Pod.Spec.NodeName != "" || !hasAssignment(task.Pod) {
 				continue
@@ -132,7 +128,7 @@ func (p *vgpuPlugin) scrubUnbound(ssn *framework.Session) (scrubbed, promoted in
 				"pod", klog.KRef(task.Namespace, task.Name))
 		}
 	}
-	return scrubbed, promoted
+	return scrubbed
 }
 
 // assignmentKeys are the annotations the plugin writes with an assignment.

@@ -71,7 +71,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 		p.gangs[id] = int(job.MinAvailable)
 	}
 	dropped := p.store.reconcile(sessionPodView(ssn), p.now(), p.args.PendingTTL)
-	scrubbed, promoted := p.scrubUnbound(ssn)
+	scrubbed := p.scrubUnbound(ssn)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
 	if p.args.Weight > 0 {
@@ -102,7 +102,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	metricOpen.Observe(took.Seconds())
 	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
 		"inFlight", p.store.len(), "droppedInFlight", dropped, "staleAssignmentsDropped", scrubbed,
-		"bestEffortPromoted", promoted, "duration", took)
+		"duration", took)
 }
 
 func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
