@@ -107,13 +107,15 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 		return util.Abstain
 	}
 	why := ""
+	var cost []fairshare.Amount
 	if p.shares != nil {
-		why = p.shares.beyondCapability(job.Queue, costs(reqs, p.shares.refMiB), need)
+		cost = costs(reqs, p.shares.refMiB)
+		why = p.shares.beyondCapability(job.Queue, cost, need)
 	}
 	if why == "" {
 		free, smallest := p.ledger.free()
 		why = exceeds(reqs, need, free, smallest, "free in the cluster")
-		if why != "" && p.shares != nil && p.shares.entitled(job.Queue, costs(reqs, p.shares.refMiB), need) {
+		if why != "" && p.shares != nil && p.shares.entitled(job.Queue, cost, need) {
 			// The queue is owed the cards: reclaim takes them back from queues above
 			// their share, but only for jobs that are in the queue.
 			why = ""
