@@ -107,7 +107,7 @@ func Run(s *Scenario) (*Result, error) {
 	sc.Run(stop)
 	framework.CleanupPluginBuilders()
 	for name, b := range map[string]framework.PluginBuilder{gang.PluginName: gang.New, proportion.PluginName: proportion.New,
-		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, vgpu.PluginName: vgpu.New} {
+		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, vgpu.PluginName: vgpu.NewScheduler().New} {
 		framework.RegisterPluginBuilder(name, b)
 	}
 	tiers := simTiers(s.Plugin)

@@ -129,12 +129,12 @@ func TestAssignmentForAnotherNodeIsIgnored(t *testing.T) {
 		Pods:      []*corev1.Pod{moved},
 		Queues:    queues(),
 	}
-	pending = newPendingStore()
-	pending.put(moved.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n2", QoS: api.QoSFixedShare,
+	testSched = NewScheduler()
+	testSched.store.put(moved.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n2", QoS: api.QoSFixedShare,
 		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n2-0", MemoryMiB: 12000, Cores: 30}}}}},
 		time.Now())
 	_, p := open(t, tc, tiers(true, nil))
-	if _, kept := pending.get(moved.UID); !kept {
+	if _, kept := testSched.store.get(moved.UID); !kept {
 		t.Error("the in-flight assignment was dropped although the pod's own names another node")
 	}
 	if mem, _, _ := usedCards(p, "n1"); mem != 0 {
@@ -154,7 +154,7 @@ func TestDiscardedEvictionLeavesTheQueueShareAsItWas(t *testing.T) {
 		Pods:      []*corev1.Pod{runningOn("victim", "n1", api.QoSFixedShare, "GPU-n1-0")},
 		Queues:    queues(),
 	}
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	ssn, p := open(t, tc, tiers(true, nil))
 	snapshot := func() string {
 		var out string
@@ -194,7 +194,7 @@ func TestPipelinedMembersCountForTheGang(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("w%d", i), "pg", 1, 40960, 100, nil))
 	}
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	// Without the predicates plugin: its reserve step needs the state of a predicate
 	// run, which pipelining by hand does not have.
 	ts := tiers(true, nil)

@@ -35,7 +35,7 @@ func TestAllocationThatCannotBookCardsIsRolledBack(t *testing.T) {
 				Pods:      []*corev1.Pod{c.pod},
 				Queues:    queues(),
 			}
-			pending = newPendingStore()
+			testSched = NewScheduler()
 			ssn, p := open(t, tc, tiers(true, nil))
 
 			var task *vapi.TaskInfo
@@ -58,8 +58,8 @@ func TestAllocationThatCannotBookCardsIsRolledBack(t *testing.T) {
 			if task.NodeName != "" || task.Status != vapi.Pending {
 				t.Fatalf("after the rollback the task is %s on %q, want Pending on no node", task.Status, task.NodeName)
 			}
-			if len(p.ledger.booked) != 0 || pending.len() != 0 {
-				t.Fatalf("the ledger holds %d bookings and the store %d assignments, want none", len(p.ledger.booked), pending.len())
+			if len(p.ledger.booked) != 0 || testSched.store.len() != 0 {
+				t.Fatalf("the ledger holds %d bookings and the store %d assignments, want none", len(p.ledger.booked), testSched.store.len())
 			}
 			if mem, cores, _ := usedCards(p, "small"); mem != 0 || cores != 0 {
 				t.Fatalf("node small has %d MiB and %d cores booked after the rollback", mem, cores)

@@ -53,7 +53,7 @@ func BenchmarkSession(b *testing.B) {
 			var placed, cards, nodes int
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				pending = newPendingStore()
+				testSched = NewScheduler()
 				// Volcano v1.14 builds a node's device state when the node enters the
 				// cache, and only for the device kinds enabled then.
 				hamivgpu.VGPUEnable = mode == "deviceshare"
@@ -86,7 +86,7 @@ func BenchmarkSession(b *testing.B) {
 
 func registerBenchPlugins() {
 	for name, fn := range map[string]framework.PluginBuilder{gang.PluginName: gang.New, proportion.PluginName: proportion.New,
-		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, deviceshare.PluginName: deviceshare.New, PluginName: New} {
+		predicates.PluginName: predicates.New, nodeorder.PluginName: nodeorder.New, deviceshare.PluginName: deviceshare.New, PluginName: newPlugin} {
 		framework.RegisterPluginBuilder(name, fn)
 	}
 }

@@ -40,7 +40,7 @@ func confPlugins(t *testing.T, tiers []conf.Tier) map[string]framework.PluginBui
 		priority.PluginName: priority.New, gang.PluginName: gang.New, conformance.PluginName: conformance.New,
 		overcommit.PluginName: overcommit.New, drf.PluginName: drf.New, predicates.PluginName: predicates.New,
 		proportion.PluginName: proportion.New, capacity.PluginName: capacity.New, nodeorder.PluginName: nodeorder.New,
-		binpack.PluginName: binpack.New, deviceshare.PluginName: deviceshare.New, PluginName: New,
+		binpack.PluginName: binpack.New, deviceshare.PluginName: deviceshare.New, PluginName: newPlugin,
 	}
 	for _, tier := range tiers {
 		for _, p := range tier.Plugins {
@@ -110,7 +110,7 @@ func TestExampleConfAdmitsWithinTheQueueAndRefusesBeyondIt(t *testing.T) {
 					tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("%s-%d", j.queue, i), pg.Name, 1, 8192, 25, nil))
 				}
 			}
-			pending = newPendingStore()
+			testSched = NewScheduler()
 			tc.Plugins = confPlugins(t, tiers)
 			ssn := tc.RegisterSession(tiers, cfg)
 			t.Cleanup(tc.Close)

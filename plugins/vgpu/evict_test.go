@@ -112,7 +112,7 @@ func runEvict(t *testing.T, tc *uthelper.TestCommonStruct, actions ...framework.
 
 func runEvictWith(t *testing.T, tc *uthelper.TestCommonStruct, tiers []conf.Tier, actions ...framework.Action) (*framework.Session, []string) {
 	t.Helper()
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	ev := util.NewFakeEvictor(100)
 	sc := cache.NewCustomMockSchedulerCache("volcano", util.NewFakeBinder(100), ev, &util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
 	for _, n := range tc.Nodes {

@@ -107,6 +107,12 @@ func tiers(withVGPU bool, args framework.Arguments) []conf.Tier {
 }
 
 // builders returns the plugin builders, capturing the vgpu plugin each session builds.
+// testSched is the scheduler the tests' plugin builders share; a test that needs an
+// empty in-flight store starts a fresh one.
+var testSched = NewScheduler()
+
+func newPlugin(a framework.Arguments) framework.Plugin { return testSched.New(a) }
+
 func builders(captured **vgpuPlugin) map[string]framework.PluginBuilder {
 	return map[string]framework.PluginBuilder{
 		gang.PluginName:       gang.New,
@@ -114,7 +120,7 @@ func builders(captured **vgpuPlugin) map[string]framework.PluginBuilder {
 		predicates.PluginName: predicates.New,
 		nodeorder.PluginName:  nodeorder.New,
 		PluginName: func(a framework.Arguments) framework.Plugin {
-			p := New(a).(*vgpuPlugin)
+			p := newPlugin(a).(*vgpuPlugin)
 			if captured != nil {
 				*captured = p
 			}

@@ -21,7 +21,7 @@ import (
 // vgpu plugin it built.
 func session(t *testing.T, tc *uthelper.TestCommonStruct, withVGPU bool, args framework.Arguments, actions ...framework.Action) (*framework.Session, *vgpuPlugin) {
 	t.Helper()
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	ssn, p := open(t, tc, tiers(withVGPU, args))
 	if len(actions) == 0 {
 		actions = []framework.Action{allocate.New()}
@@ -96,8 +96,8 @@ func TestGangOfFourLandsAllOrNothing(t *testing.T) {
 			seen[card.UUID] = name
 		}
 	}
-	if pending.len() != 4 {
-		t.Fatalf("in-flight store holds %d assignments, want 4", pending.len())
+	if testSched.store.len() != 4 {
+		t.Fatalf("in-flight store holds %d assignments, want 4", testSched.store.len())
 	}
 }
 
@@ -119,8 +119,8 @@ func TestGangThatDoesNotFitLeavesEveryCardFree(t *testing.T) {
 			t.Fatalf("node %s still books %d MiB, %d%% cores, %d tenants", n, mem, cores, tenants)
 		}
 	}
-	if pending.len() != 0 {
-		t.Fatalf("in-flight store kept %d assignments of a discarded gang", pending.len())
+	if testSched.store.len() != 0 {
+		t.Fatalf("in-flight store kept %d assignments of a discarded gang", testSched.store.len())
 	}
 }
 

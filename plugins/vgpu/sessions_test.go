@@ -18,7 +18,7 @@ import (
 // the first session's binds, the window in which a naive plugin books a card twice.
 // forget simulates a plugin without the in-flight store.
 func backToBack(t *testing.T, forget bool) (first, second map[string]*api.PodAssignment) {
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	binder := util.NewFakeBinder(10)
 	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil)
 	sc.AddOrUpdateNode(gpuNode("n1", 1, "NVIDIA A100", 40960))
@@ -47,7 +47,7 @@ func backToBack(t *testing.T, forget bool) (first, second map[string]*api.PodAss
 		t.Fatal("first pod was never bound")
 	}
 	if forget {
-		pending = newPendingStore()
+		testSched = NewScheduler()
 	}
 	sc.AddPodGroupV1beta1(podGroup("pg2", 1))
 	sc.AddPod(vgpuPod("second", "pg2", 1, 30000, 30, nil))

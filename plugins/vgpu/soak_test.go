@@ -127,7 +127,7 @@ type soakWorld struct {
 
 func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
 	r := rand.New(rand.NewSource(seed))
-	pending = newPendingStore()
+	testSched = NewScheduler()
 	w := &soakWorld{t: t, r: r, binder: &soakBinder{r: rand.New(rand.NewSource(seed * 7))},
 		evictor: util.NewFakeEvictor(10000), stop: make(chan struct{}), nodes: map[string]*corev1.Node{}, stats: stats}
 	w.sc = cache.NewCustomMockSchedulerCache("volcano", w.binder, w.evictor, &util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
@@ -395,7 +395,7 @@ func (w *soakWorld) check() string {
 				u.whole = u.whole || card.Cores == 100
 			}
 		}
-		if e, ok := pending.get(p.UID); ok && e.Node != a.Node {
+		if e, ok := testSched.store.get(p.UID); ok && e.Node != a.Node {
 			return fmt.Sprintf("pod %s is bound on %s but the in-flight store says %s", p.Name, a.Node, e.Node)
 		}
 	}

@@ -28,9 +28,6 @@ func newPendingStore() *pendingStore {
 	return &pendingStore{entries: make(map[types.UID]pendingEntry)}
 }
 
-// pending is the process-wide store: Volcano builds a new plugin every session.
-var pending = newPendingStore()
-
 func (s *pendingStore) put(uid types.UID, a *api.PodAssignment, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

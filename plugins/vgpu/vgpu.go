@@ -47,15 +47,31 @@ type taskRequest struct {
 	refused refusals
 }
 
-// New builds the plugin for one session.
-func New(arguments framework.Arguments) framework.Plugin {
+// Scheduler owns what outlives a session in one scheduler process: the card
+// assignments it has made that the informer has not shown back yet. Volcano builds a
+// new plugin every session, through the Scheduler's New.
+type Scheduler struct {
+	store *pendingStore
+}
+
+// NewScheduler returns a Scheduler with nothing in flight. Register its New as the
+// plugin builder once per scheduler process (init does it for vc-scheduler).
+func NewScheduler() *Scheduler {
+	return &Scheduler{store: newPendingStore()}
+}
+
+// New builds the plugin for one session; it is a framework.PluginBuilder.
+func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	args, err := ParseArgs(arguments)
 	if err != nil {
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
 	}
-	return &vgpuPlugin{args: args, store: pending, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
+	return &vgpuPlugin{args: args, store: s.store, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
 		pipelined: map[vapi.TaskID]pipelinedFit{}}
 }
+
+// InFlight is how many assignments wait for the informer to show them back.
+func (s *Scheduler) InFlight() int { return s.store.len() }
 
 func (p *vgpuPlugin) Name() string { return PluginName }
 
@@ -161,5 +177,6 @@ func (a Args) Request(pod *corev1.Pod) (*engine.Request, error) {
 }
 
 func init() {
-	framework.RegisterPluginBuilder(PluginName, New)
+	// The scheduler process's one Scheduler lives in Volcano's builder registry.
+	framework.RegisterPluginBuilder(PluginName, NewScheduler().New)
 }
