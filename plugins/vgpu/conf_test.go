@@ -34,7 +34,7 @@ import (
 // confPlugins are the builders of every plugin the example conf may enable (Volcano's
 // test harness unregisters builders when a session closes, so each session registers
 // them again).
-func confPlugins(t *testing.T, tiers []conf.Tier) map[string]framework.PluginBuilder {
+func confPlugins(t testing.TB, tiers []conf.Tier) map[string]framework.PluginBuilder {
 	t.Helper()
 	all := map[string]framework.PluginBuilder{
 		priority.PluginName: priority.New, gang.PluginName: gang.New, conformance.PluginName: conformance.New,
@@ -54,7 +54,7 @@ func confPlugins(t *testing.T, tiers []conf.Tier) map[string]framework.PluginBui
 
 // exampleConf reads config/volcano-scheduler.conf, optionally with one plugin name
 // swapped for another.
-func exampleConf(t *testing.T, from, to string) string {
+func exampleConf(t testing.TB, from, to string) string {
 	t.Helper()
 	b, err := os.ReadFile("../../config/volcano-scheduler.conf")
 	if err != nil {

@@ -2,6 +2,7 @@ package vgpu
 
 import (
 	"fmt"
+	"hash/fnv"
 	"sort"
 
 	"k8s.io/klog/v2"
@@ -63,15 +64,36 @@ func (p *vgpuPlugin) preemptive(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool
 }
 
 // evictionCouldHelp reports whether evicting every task on the node that this task
-// may evict would let it fit.
-func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, req *engine.Request) bool {
+// may evict would let it fit. Preempt and reclaim ask it of every node for every
+// pending task; the answer is remembered per node while the node, the victims and
+// the request's shape are unchanged.
+func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, tr *taskRequest) bool {
 	var victims []*vapi.TaskInfo
+	var set uint64
 	for _, v := range node.Tasks {
 		if v.Status == vapi.Running && p.request(v) != nil && p.evictable(ssn, task, v) {
 			victims = append(victims, v)
+			set ^= uidHash(v.UID)
 		}
 	}
-	return len(victims) > 0 && p.fitsWithout(node.Name, req, victims)
+	if len(victims) == 0 {
+		return false
+	}
+	key := evictKey{request: tr.key, victims: set, count: len(victims)}
+	fits, ok, version := p.ledger.evictAnswer(node.Name, key)
+	if ok {
+		return fits
+	}
+	fits = p.fitsWithout(node.Name, tr.req, victims)
+	p.ledger.rememberEvict(node.Name, key, version, fits)
+	return fits
+}
+
+// uidHash spreads a task's UID over 64 bits; XOR over a set names the set.
+func uidHash(uid vapi.TaskID) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	return h.Sum64()
 }
 
 // fitsWithout reports whether the request fits the node once the victims' cards are free.

@@ -39,12 +39,22 @@ func (c *decodeCache[T]) get(s string, decode func(string) (T, error)) (T, error
 	return v, err
 }
 
-var (
+// decoders memoise the annotation codecs for one scheduler process (its Scheduler
+// owns them). A nil *decoders decodes every time, as the CLI does.
+type decoders struct {
 	inventories   decodeCache[*api.NodeInventory]
 	assignments   decodeCache[*api.PodAssignment]
 	volcanoCards  decodeCache[[][]api.CardAssignment]
 	registrations decodeCache[*api.NodeInventory]
-)
+}
+
+// cached decodes s through c, or directly when the decoders are nil.
+func cached[T any](d *decoders, c func(*decoders) *decodeCache[T], s string, decode func(string) (T, error)) (T, error) {
+	if d == nil {
+		return decode(s)
+	}
+	return c(d).get(s, decode)
+}
 
 // NodeInventory reads a node's cards as the plugin does: Tessera's own inventory
 // first (refused when its heartbeat is older than heartbeatTimeout), then the HAMi
@@ -52,8 +62,12 @@ var (
 // vGPU cards, and an error a user can act on when the annotations are unusable.
 // The CLI's explain and nodes commands call it so that they see what the scheduler sees.
 func NodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, error) {
+	return (*decoders)(nil).nodeInventory(node, now, heartbeatTimeout)
+}
+
+func (d *decoders) nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, error) {
 	if s, ok := node.Annotations[api.AnnotationInventory]; ok {
-		inv, err := inventories.get(s, api.DecodeInventory)
+		inv, err := cached(d, func(d *decoders) *decodeCache[*api.NodeInventory] { return &d.inventories }, s, api.DecodeInventory)
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +83,7 @@ func NodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 		return inv, nil
 	}
 	if s, ok := node.Annotations[api.VolcanoNodeRegister]; ok {
-		return registrations.get(s, func(s string) (*api.NodeInventory, error) {
+		return cached(d, func(d *decoders) *decodeCache[*api.NodeInventory] { return &d.registrations }, s, func(s string) (*api.NodeInventory, error) {
 			cards, err := api.DecodeVolcanoNodeRegister(s)
 			if err != nil {
 				return nil, err
@@ -86,8 +100,12 @@ func NodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 // whose positional entries are named after the pod's vGPU containers in spec order.
 // ok is false when the pod carries neither.
 func PodCards(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+	return (*decoders)(nil).podCards(pod)
+}
+
+func (d *decoders) podCards(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
 	if s, found := pod.Annotations[api.AnnotationAssignment]; found {
-		a, err := assignments.get(s, api.DecodeAssignment)
+		a, err := d.assignment(s)
 		if err != nil {
 			return nil, "", true, err
 		}
@@ -98,7 +116,7 @@ func PodCards(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, 
 		qos, err = api.DefaultQoS, nil
 	}
 	if s, found := pod.Annotations[api.VolcanoAssignedIDs]; found {
-		per, err := volcanoCards.get(s, api.DecodeVolcanoPodDevices)
+		per, err := cached(d, func(d *decoders) *decodeCache[[][]api.CardAssignment] { return &d.volcanoCards }, s, api.DecodeVolcanoPodDevices)
 		if err != nil {
 			return nil, "", true, err
 		}
@@ -113,6 +131,10 @@ func PodCards(pod *corev1.Pod) (cs []api.ContainerAssignment, qos api.QoSClass, 
 		return cs, qos, true, nil
 	}
 	return nil, "", false, nil
+}
+
+func (d *decoders) assignment(s string) (*api.PodAssignment, error) {
+	return cached(d, func(d *decoders) *decodeCache[*api.PodAssignment] { return &d.assignments }, s, api.DecodeAssignment)
 }
 
 // vgpuContainerNames lists the containers that request Volcano's vGPU resources, in

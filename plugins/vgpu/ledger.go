@@ -28,6 +28,25 @@ type ledger struct {
 	version map[string]uint64
 	// scores holds the predicate's last score per node, for node ordering.
 	scores map[string]*scoreSlot
+	// evicts holds, per node, the last answer to "would the task fit once these
+	// victims are gone": preempt and reclaim ask it of every node for every task.
+	evicts map[string]*evictSlot
+}
+
+// evictSlot is one node's last eviction answer, valid while the node is unchanged.
+type evictSlot struct {
+	mu      sync.Mutex
+	key     evictKey
+	version uint64
+	set     bool
+	fits    bool
+}
+
+// evictKey names a question: a request's shape and the set of victims released.
+type evictKey struct {
+	request string
+	victims uint64
+	count   int
 }
 
 // scoreSlot is one node's last computed score. Volcano predicates a task on many
@@ -52,13 +71,43 @@ type booking struct {
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
 		booked:  map[vapi.TaskID]*booking{},
-		version: map[string]uint64{}, scores: map[string]*scoreSlot{}}
+		version: map[string]uint64{}, scores: map[string]*scoreSlot{}, evicts: map[string]*evictSlot{}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
 func (l *ledger) addNode(n *engine.Node) {
 	l.nodes[n.Name] = n
 	l.scores[n.Name] = &scoreSlot{}
+	l.evicts[n.Name] = &evictSlot{}
+}
+
+// evictAnswer returns the node's remembered answer to key, if the node has not
+// changed since, and the node's version to remember a new answer under.
+func (l *ledger) evictAnswer(node string, key evictKey) (fits, ok bool, version uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	slot, known := l.evicts[node]
+	if !known {
+		return false, false, 0
+	}
+	version = l.version[node]
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.set && slot.key == key && slot.version == version {
+		return slot.fits, true, version
+	}
+	return false, false, version
+}
+
+// rememberEvict keeps an answer computed against the node at version.
+func (l *ledger) rememberEvict(node string, key evictKey, version uint64, fits bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if slot, known := l.evicts[node]; known {
+		slot.mu.Lock()
+		slot.key, slot.version, slot.set, slot.fits = key, version, true, fits
+		slot.mu.Unlock()
+	}
 }
 
 // score runs the engine for a task against a node's current usage and remembers

@@ -21,7 +21,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		if ni.Node == nil {
 			continue
 		}
-		inv, err := NodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
+		inv, err := p.dec.nodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
 			l.unusable[name] = err.Error()
 			klog.V(4).InfoS("Node's vGPU inventory is unusable", "node", name, "err", err)
@@ -73,15 +73,19 @@ func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
 // session's copy of a pod back without binding it (a pipelined gang's condition, a
 // failed bind), so such a pod can carry cards it was never given.
 func (p *vgpuPlugin) heldCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
-	if bound := task.Pod.Spec.NodeName; bound != "" {
-		if node, named := assignedNode(task.Pod); named && node != bound {
-			klog.InfoS("Ignoring a vGPU assignment for another node than the pod's", "pod", klog.KRef(task.Namespace, task.Name),
-				"boundTo", bound, "assignedOn", node)
-		} else {
-			cs, qos, ok, err = PodCards(task.Pod)
-			if ok || err != nil {
-				return cs, qos, ok, err
-			}
+	if task.Pod.Spec.NodeName != "" {
+		// A bound pod's annotations do not change within a session: read them once.
+		p.mu.RLock()
+		h, seen := p.bound[task.UID]
+		p.mu.RUnlock()
+		if !seen {
+			h.cs, h.qos, h.ok, h.err = p.boundCards(task)
+			p.mu.Lock()
+			p.bound[task.UID] = h
+			p.mu.Unlock()
+		}
+		if h.ok || h.err != nil {
+			return h.cs, h.qos, h.ok, h.err
 		}
 	}
 	if a, found := p.store.get(types.UID(task.UID)); found {
@@ -90,14 +94,34 @@ func (p *vgpuPlugin) heldCards(task *vapi.TaskInfo) (cs []api.ContainerAssignmen
 	return nil, "", false, nil
 }
 
+// boundCards reads what a bound pod's annotations say it holds, unless they name
+// another node than the one it is bound to.
+func (p *vgpuPlugin) boundCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+	bound := task.Pod.Spec.NodeName
+	if node, named := p.dec.assignedNode(task.Pod); named && node != bound {
+		klog.InfoS("Ignoring a vGPU assignment for another node than the pod's", "pod", klog.KRef(task.Namespace, task.Name),
+			"boundTo", bound, "assignedOn", node)
+		return nil, "", false, nil
+	}
+	return p.dec.podCards(task.Pod)
+}
+
+// heldOnce is a bound task's holding as its annotations state it.
+type heldOnce struct {
+	cs  []api.ContainerAssignment
+	qos api.QoSClass
+	ok  bool
+	err error
+}
+
 // assignedNode is the node named by the pod's Tessera assignment, if it has a
 // readable one.
-func assignedNode(pod *corev1.Pod) (string, bool) {
+func (d *decoders) assignedNode(pod *corev1.Pod) (string, bool) {
 	s, found := pod.Annotations[api.AnnotationAssignment]
 	if !found {
 		return "", false
 	}
-	a, err := assignments.get(s, api.DecodeAssignment)
+	a, err := d.assignment(s)
 	if err != nil {
 		return "", false
 	}
@@ -137,8 +161,8 @@ var assignmentKeys = []string{api.AnnotationAssignment, api.AnnotationAssignedAt
 	api.VolcanoBindPhase, api.VolcanoBindTime}
 
 // confirmedOn reports whether the pod carries an assignment for the node it is bound to.
-func confirmedOn(pod *corev1.Pod) bool {
-	node, ok := assignedNode(pod)
+func (d *decoders) confirmedOn(pod *corev1.Pod) bool {
+	node, ok := d.assignedNode(pod)
 	return ok && node == pod.Spec.NodeName
 }
 
@@ -149,7 +173,7 @@ func hasAssignment(pod *corev1.Pod) bool {
 }
 
 // sessionPodView tells the in-flight store what the session knows about a pod.
-func sessionPodView(ssn *framework.Session) func(types.UID) podView {
+func (d *decoders) sessionPodView(ssn *framework.Session) func(types.UID) podView {
 	tasks := map[types.UID]*vapi.TaskInfo{}
 	for _, job := range ssn.Jobs {
 		for id, t := range job.Tasks {
@@ -161,7 +185,7 @@ func sessionPodView(ssn *framework.Session) func(types.UID) podView {
 		switch {
 		case !ok:
 			return podAbsent
-		case t.Pod != nil && t.Pod.Spec.NodeName != "" && confirmedOn(t.Pod):
+		case t.Pod != nil && t.Pod.Spec.NodeName != "" && d.confirmedOn(t.Pod):
 			return podConfirmed
 		case t.Status == vapi.Pending || t.Status == vapi.Pipelined:
 			return podUnplaced
@@ -187,11 +211,13 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+why)
 	case ferr != nil:
 		tr.refused.add(refusalOf(ferr))
-		klog.V(5).InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		if v := klog.V(5); v.Enabled() {
+			v.InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
+		}
 		// Preempt and reclaim try only nodes where evicting could help: enough cards
 		// refuse for usage alone, and the tasks this one may evict hold them.
 		code := vapi.UnschedulableAndUnresolvable
-		if ferr.Resolvable() && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr.req)) {
+		if ferr.Resolvable() && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr)) {
 			code = vapi.Unschedulable
 		}
 		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: ferr.Error()})

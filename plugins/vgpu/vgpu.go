@@ -5,6 +5,7 @@
 package vgpu
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -26,14 +27,17 @@ type vgpuPlugin struct {
 	// shares is nil when vgpu.QueueShare is off.
 	shares *queueShares
 	store  *pendingStore
+	dec    *decoders
 	now    func() time.Time
 
-	mu       sync.Mutex
+	mu       sync.RWMutex
 	requests map[vapi.TaskID]*taskRequest
 	// gangs is each job's minimum member count, read when a request is parsed.
 	gangs map[vapi.JobID]int
 	// ssn is the session this plugin was built for (a plugin lives one session).
 	ssn *framework.Session
+	// bound memoises what bound pods hold, for the session.
+	bound map[vapi.TaskID]heldOnce
 	// pipelined are the session's pipelined vGPU tasks and the cards they expect.
 	pipelined map[vapi.TaskID]pipelinedFit
 }
@@ -45,6 +49,8 @@ type taskRequest struct {
 	err error
 	// refused counts the reasons nodes gave this session, for the pending metric.
 	refused refusals
+	// key names the request's shape: tasks with equal keys fit alike.
+	key string
 }
 
 // Scheduler owns what outlives a session in one scheduler process: the card
@@ -52,12 +58,13 @@ type taskRequest struct {
 // new plugin every session, through the Scheduler's New.
 type Scheduler struct {
 	store *pendingStore
+	dec   *decoders
 }
 
 // NewScheduler returns a Scheduler with nothing in flight. Register its New as the
 // plugin builder once per scheduler process (init does it for vc-scheduler).
 func NewScheduler() *Scheduler {
-	return &Scheduler{store: newPendingStore()}
+	return &Scheduler{store: newPendingStore(), dec: &decoders{}}
 }
 
 // New builds the plugin for one session; it is a framework.PluginBuilder.
@@ -66,7 +73,8 @@ func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	if err != nil {
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
 	}
-	return &vgpuPlugin{args: args, store: s.store, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
+	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
+		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: map[vapi.TaskID]pipelinedFit{}}
 }
 
@@ -86,7 +94,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	for id, job := range ssn.Jobs {
 		p.gangs[id] = int(job.MinAvailable)
 	}
-	dropped := p.store.reconcile(sessionPodView(ssn), p.now(), p.args.PendingTTL)
+	dropped := p.store.reconcile(p.dec.sessionPodView(ssn), p.now(), p.args.PendingTTL)
 	scrubbed := p.scrubUnbound(ssn)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
@@ -131,12 +139,18 @@ func (p *vgpuPlugin) request(task *vapi.TaskInfo) *taskRequest {
 	if task.Pod == nil {
 		return nil
 	}
+	p.mu.RLock()
+	tr, ok := p.requests[task.UID]
+	p.mu.RUnlock()
+	if ok {
+		return tr
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if tr, ok := p.requests[task.UID]; ok {
 		return tr
 	}
-	var tr *taskRequest
+	tr = nil
 	if p.args.Resources.HasVGPURequest(task.Pod) {
 		tr = p.parseRequest(task)
 	}
@@ -150,7 +164,7 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 		return &taskRequest{err: err}
 	}
 	r.GangSize = p.gangs[task.Job]
-	return &taskRequest{req: r}
+	return &taskRequest{req: r, key: fmt.Sprintf("%+v", *r)}
 }
 
 // Request reads a pod's vGPU demand and options with these arguments' defaults,
