@@ -63,28 +63,40 @@ func (p *vgpuPlugin) preemptive(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool
 	return ok
 }
 
-// evictionCouldHelp reports whether evicting every task on the node that this task
-// may evict would let it fit. Preempt and reclaim ask it of every node for every
-// pending task; the answer is remembered per node while the node, the victims and
-// the request's shape are unchanged.
+// evictionCouldHelp reports whether Volcano should try to evict for this task on
+// this node: the task does not fit the node even once the pods already being evicted
+// there are gone (else it waits for them, evicting nothing), and the victims the
+// plugin would choose among every task it may evict there make it fit. Preempt and
+// reclaim ask it of every node for every pending task, so the answer is remembered
+// per node while the node's bookings, its evictable, releasing and pipelined tasks
+// and the request's shape are unchanged. It matches the plugin's victim choice:
+// where the plugin would offer no victims, Volcano would take them from a later
+// tier, which knows nothing of cards.
 func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, tr *taskRequest) bool {
-	var victims []*vapi.TaskInfo
-	var set uint64
+	var candidates []*vapi.TaskInfo
+	set := p.pipelinedHash(node.Name)
 	for _, v := range node.Tasks {
-		if v.Status == vapi.Running && p.request(v) != nil && p.evictable(ssn, task, v) {
-			victims = append(victims, v)
-			set ^= uidHash(v.UID)
+		switch {
+		case v.Status == vapi.Releasing:
+			set ^= uidHash(v.UID) * 3
+		case v.Status == vapi.Running && p.request(v) != nil && p.evictable(ssn, task, v):
+			candidates = append(candidates, v)
+			ready := int32(0)
+			if j := ssn.Jobs[v.Job]; j != nil {
+				ready = j.ReadyTaskNum()
+			}
+			set ^= uidHash(v.UID) + uint64(ready)*0x9e3779b97f4a7c15
 		}
 	}
-	if len(victims) == 0 {
+	if len(candidates) == 0 {
 		return false
 	}
-	key := evictKey{request: tr.key, victims: set, count: len(victims)}
+	key := evictKey{request: tr.key, job: task.Job, victims: set, count: len(candidates)}
 	fits, ok, version := p.ledger.evictAnswer(node.Name, key)
 	if ok {
 		return fits
 	}
-	fits = p.fitsWithout(node.Name, tr.req, victims)
+	fits = len(p.pickVictims(ssn, task, tr, node, candidates)) > 0
 	p.ledger.rememberEvict(node.Name, key, version, fits)
 	return fits
 }
@@ -96,12 +108,10 @@ func uidHash(uid vapi.TaskID) uint64 {
 	return h.Sum64()
 }
 
-// fitsWithout reports whether the request fits the node once the victims' cards are free.
-func (p *vgpuPlugin) fitsWithout(node string, req *engine.Request, victims []*vapi.TaskInfo) bool {
-	n := p.ledger.clone(node)
-	if n == nil {
-		return false
-	}
+// fitsWithout reports whether the request fits the node's future cards (those
+// being released gone, pipelined tasks' in place) once the victims' cards are free.
+func (p *vgpuPlugin) fitsWithout(future *engine.Node, req *engine.Request, victims []*vapi.TaskInfo) bool {
+	n := future.Clone()
 	for _, v := range victims {
 		cs, qos, held, err := p.heldCards(v)
 		if !held || err != nil {
@@ -114,26 +124,46 @@ func (p *vgpuPlugin) fitsWithout(node string, req *engine.Request, victims []*va
 }
 
 // victims chooses, among the candidates Volcano offers on one node, the fewest vGPU
-// tasks whose cards make the evictor fit, smallest holdings first. Tasks without vGPU
-// requests are never offered for a vGPU evictor; other evictors are left to the
-// other plugins.
+// tasks whose cards make the evictor fit (pickVictims). Tasks without vGPU requests
+// are never offered for a vGPU evictor; other evictors are left to the other plugins.
 func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, candidates []*vapi.TaskInfo) ([]*vapi.TaskInfo, int) {
 	tr := p.request(evictor)
 	if tr == nil || tr.err != nil || len(candidates) == 0 {
 		return nil, util.Abstain
 	}
-	node := candidates[0].NodeName
+	node, ok := ssn.Nodes[candidates[0].NodeName]
+	if !ok {
+		return nil, util.Permit
+	}
+	set := p.pickVictims(ssn, evictor, tr, node, candidates)
+	if len(set) == 0 {
+		klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
+			"node", node.Name, "candidates", len(candidates))
+	}
+	return set, util.Permit
+}
+
+// pickVictims returns the fewest candidates whose cards, freed, make the evictor fit
+// the node's future cards, smallest holdings first; none when it fits already (it
+// waits for the pods being evicted) or when no allowed set frees enough. A gang keeps
+// its minimum and a task never evicts its own gang's members.
+func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo, tr *taskRequest, node *vapi.NodeInfo,
+	candidates []*vapi.TaskInfo) []*vapi.TaskInfo {
+	future := p.futureNode(node)
+	if future == nil {
+		return nil
+	}
+	if _, ferr := engine.FitPod(future, tr.req); ferr == nil {
+		return nil
+	}
 	type held struct {
 		t    *vapi.TaskInfo
 		cost fairshare.Amount
 	}
 	var useful []held
 	for _, c := range candidates {
-		if p.request(c) == nil || !p.evictable(ssn, evictor, c) {
+		if c.Status != vapi.Running || p.request(c) == nil || !p.evictable(ssn, evictor, c) || c.Job == evictor.Job {
 			continue
-		}
-		if c.Job == evictor.Job {
-			continue // a task never evicts its own gang's members
 		}
 		cs, _, ok, err := p.heldCards(c)
 		if !ok || err != nil {
@@ -141,11 +171,17 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 		}
 		useful = append(useful, held{c, fairshare.Assigned(cs)})
 	}
-	sort.SliceStable(useful, func(i, j int) bool { return fairshare.Smaller(useful[i].cost, useful[j].cost) })
+	sort.Slice(useful, func(i, j int) bool {
+		a, b := useful[i], useful[j]
+		if fairshare.Smaller(a.cost, b.cost) || fairshare.Smaller(b.cost, a.cost) {
+			return fairshare.Smaller(a.cost, b.cost)
+		}
+		return a.t.UID < b.t.UID // the same choice whatever order Volcano offers them in
+	})
 	// One victim if one is enough (least taken away), else the smallest prefix.
 	for _, h := range useful {
-		if p.fitsWithout(node, tr.req, []*vapi.TaskInfo{h.t}) {
-			return []*vapi.TaskInfo{h.t}, util.Permit
+		if p.fitsWithout(future, tr.req, []*vapi.TaskInfo{h.t}) {
+			return []*vapi.TaskInfo{h.t}
 		}
 	}
 	var set []*vapi.TaskInfo
@@ -163,13 +199,11 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 		}
 		spare[job.UID]--
 		set = append(set, h.t)
-		if p.fitsWithout(node, tr.req, set) {
-			return set, util.Permit
+		if p.fitsWithout(future, tr.req, set) {
+			return set
 		}
 	}
-	klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
-		"node", node, "candidates", len(candidates))
-	return nil, util.Permit
+	return nil
 }
 
 // aboveShare reports whether a queue holds more card memory or cores than it deserves.
@@ -225,14 +259,28 @@ func (p *vgpuPlugin) onPipeline(e *framework.Event) {
 		return
 	}
 	p.mu.Lock()
+	if old, ok := p.pipelined[task.UID]; ok {
+		p.pipelinedOn[old.node] ^= uidHash(task.UID)
+	}
 	p.pipelined[task.UID] = pipelinedFit{node: task.NodeName, containers: fit.Containers, qos: tr.req.Options.QoS}
+	p.pipelinedOn[task.NodeName] ^= uidHash(task.UID)
 	p.mu.Unlock()
 }
 
 func (p *vgpuPlugin) unpipeline(id vapi.TaskID) {
 	p.mu.Lock()
-	delete(p.pipelined, id)
+	if old, ok := p.pipelined[id]; ok {
+		p.pipelinedOn[old.node] ^= uidHash(id)
+		delete(p.pipelined, id)
+	}
 	p.mu.Unlock()
+}
+
+// pipelinedHash names the set of tasks pipelined onto a node this session.
+func (p *vgpuPlugin) pipelinedHash(node string) uint64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.pipelinedOn[node] * 5
 }
 
 // pipelinedFit is the cards a pipelined task expects once its victims are gone.
@@ -257,8 +305,8 @@ func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *engine.Node {
 			n.Release(cs, qos)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	for _, f := range p.pipelined {
 		if f.node == node.Name {
 			n.Account(f.containers, f.qos)

@@ -45,6 +45,7 @@ type evictSlot struct {
 // evictKey names a question: a request's shape and the set of victims released.
 type evictKey struct {
 	request string
+	job     vapi.JobID
 	victims uint64
 	count   int
 }

@@ -122,7 +122,11 @@ type soakWorld struct {
 	evicted int
 	// partial names a gang the last session dispatched below its minimum.
 	partial string
-	stats   *soakStats
+	// preemptors are the tasks the last session pipelined, by node; useless
+	// describes an eviction of that session that freed nothing they use.
+	preemptors preemptors
+	useless    string
+	stats      *soakStats
 }
 
 func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
@@ -234,7 +238,16 @@ func (w *soakWorld) remove(name string) {
 
 func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions []framework.Action, tiers []conf.Tier, cfg []conf.Configuration) {
 	framework.CleanupPluginBuilders()
+	var vp *vgpuPlugin
 	for n, b := range builders {
+		if n == PluginName {
+			inner := b
+			b = func(a framework.Arguments) framework.Plugin {
+				p := inner(a)
+				vp, _ = p.(*vgpuPlugin)
+				return p
+			}
+		}
 		framework.RegisterPluginBuilder(n, b)
 	}
 	ssn := framework.OpenSession(w.sc, tiers, cfg)
@@ -262,6 +275,7 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 				job.MinAvailable, st, len(job.Tasks))
 		}
 	}
+	w.preemptors = w.pipelinedOnto(ssn, vp)
 	framework.CloseSession(ssn)
 
 	var bound, failed []*corev1.Pod
@@ -289,10 +303,15 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 			}
 		}
 	}
+	w.useless = ""
 	for _, key := range w.evictor.Evicts()[w.evicted:] {
 		w.evicted++
 		w.stats.Evicted++
-		w.remove(strings.TrimPrefix(key, "ns/"))
+		name := strings.TrimPrefix(key, "ns/")
+		if why := w.preemptors.uselessEviction(w.apiPod(name)); why != "" && w.useless == "" {
+			w.useless = why
+		}
+		w.remove(name)
 	}
 	for len(w.evictor.Channel) > 0 {
 		<-w.evictor.Channel
@@ -411,7 +430,75 @@ func (w *soakWorld) check() string {
 			return fmt.Sprintf("card %s: %d tenants on 10 shares", uuid, u.tenants)
 		}
 	}
+	if w.useless != "" {
+		return w.useless
+	}
 	// A failed bind may leave a gang partly bound until the retry: the scheduler's
 	// part is to dispatch all of a gang's minimum or nothing.
 	return w.partial
+}
+
+// preemptors are a session's pipelined tasks per node: those without vGPU requests
+// (which free CPU, memory or slots may serve), and the cards the vGPU ones expect.
+type preemptors struct {
+	plain map[string]int
+	cards map[string]map[string]bool
+}
+
+func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemptors {
+	pr := preemptors{plain: map[string]int{}, cards: map[string]map[string]bool{}}
+	for _, job := range ssn.Jobs {
+		for _, t := range job.TaskStatusIndex[vapi.Pipelined] {
+			if !api.DefaultResourceNames().HasVGPURequest(t.Pod) {
+				pr.plain[t.NodeName]++
+				continue
+			}
+			fit, ok := vp.pipelined[t.UID]
+			if !ok {
+				w.t.Fatalf("vGPU task %s was pipelined onto %s without the plugin choosing its cards", t.Name, t.NodeName)
+			}
+			if pr.cards[fit.node] == nil {
+				pr.cards[fit.node] = map[string]bool{}
+			}
+			for _, c := range fit.containers {
+				for _, card := range c.Cards {
+					pr.cards[fit.node][card.UUID] = true
+				}
+			}
+		}
+	}
+	return pr
+}
+
+// uselessEviction explains an evicted pod that made no room for any task pipelined
+// onto its node: a vGPU pod must hold a card a pipelined vGPU task expects (or a
+// task without vGPU requests was pipelined there, which its CPU may serve); a pod
+// without vGPU requests must have some task pipelined onto its node.
+func (pr preemptors) uselessEviction(p *corev1.Pod) string {
+	if p == nil || p.Spec.NodeName == "" {
+		return ""
+	}
+	node := p.Spec.NodeName
+	if pr.plain[node] > 0 {
+		return ""
+	}
+	if !api.DefaultResourceNames().HasVGPURequest(p) {
+		if len(pr.cards[node]) == 0 {
+			return fmt.Sprintf("CPU-only pod %s was evicted from %s, where no task was pipelined", p.Name, node)
+		}
+		return fmt.Sprintf("CPU-only pod %s was evicted from %s, where only vGPU tasks were pipelined (a card shortage)", p.Name, node)
+	}
+	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
+	if err != nil {
+		return fmt.Sprintf("evicted pod %s: %v", p.Name, err)
+	}
+	for _, c := range a.Containers {
+		for _, card := range c.Cards {
+			if pr.cards[node][card.UUID] {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("vGPU pod %s was evicted from %s holding %v, but no task pipelined there expects its cards (%v expected)", p.Name, node,
+		a.Containers, pr.cards[node])
 }
