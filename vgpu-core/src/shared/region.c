@@ -133,9 +133,10 @@ struct region *region_open(const char *path)
     }
     /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
     flock(fd, LOCK_EX);
-    struct stat st;
     struct region *r = NULL;
-    if (fstat(fd, &st) == 0 && (st.st_size >= (off_t)sizeof *r || ftruncate(fd, sizeof *r) == 0)) {
+    /* lseek, not fstat: fstat is a GLIBC_2.33 symbol and the library must load on glibc 2.17. */
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size >= 0 && (size >= (off_t)sizeof *r || ftruncate(fd, sizeof *r) == 0)) {
         void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED)
             r = m;
