@@ -91,6 +91,12 @@ done
 expect_log "memory: malformed limit fails closed and names the variable" 'TESSERA_MEMORY_LIMIT_MIB="12abc"' \
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all
+expect_log "region: an unopenable shared region fails closed, naming the path and errno" \
+  'cannot open shared region /nonexistent-tessera-dir/region: No such file or directory (errno 2)' \
+  lim regionfail TESSERA_SHARED_REGION=/nonexistent-tessera-dir/region "$T/t_memory" region-fail
+run "region: TESSERA_DEBUG_PRIVATE_REGION=1 runs with per-process limits instead" lim regiondebug \
+  TESSERA_SHARED_REGION=/nonexistent-tessera-dir/region TESSERA_DEBUG_PRIVATE_REGION=1 EXPECT_LIMIT=$GIB \
+  EXPECT_HOOKED=1 "$T/t_memory" edge
 
 run "share: 2 processes x 400 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 400
 run "share: 8 processes x 100 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 100

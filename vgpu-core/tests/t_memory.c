@@ -2,7 +2,7 @@
  * Memory limit behaviour of one process, run with and without LD_PRELOAD. The runner sets
  * EXPECT_LIMIT to the capacity the process should see (the container limit with the library,
  * the stub card's memory without it) and EXPECT_HOOKED to 1 when the library is preloaded.
- * Usage: t_memory edge|apis|report|procaddr|unknown-free|refuse-all
+ * Usage: t_memory edge|apis|report|procaddr|unknown-free|refuse-all|region-fail
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -222,15 +222,28 @@ static void test_refuse_all(void)
     CHECK(cuMemGetInfo_v2(&free_b, &total) == CUDA_SUCCESS && total == 0 && free_b == 0, "reported 0/0");
 }
 
+static int test_region_fail(void)
+{
+    CASE("an unopenable shared region fails closed: cuInit and allocations are refused");
+    CUcontext ctx;
+    CUdeviceptr p;
+    CHECK(cuInit(0) != CUDA_SUCCESS, "cuInit must be refused");
+    CHECK(cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS, "no context without cuInit");
+    CHECK(cuMemAlloc_v2(&p, 1) != CUDA_SUCCESS, "no allocation");
+    return tc_summary("region-fail");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s edge|apis|report|procaddr|unknown-free|refuse-all\n", argv[0]);
+        fprintf(stderr, "usage: %s edge|apis|report|procaddr|unknown-free|refuse-all|region-fail\n", argv[0]);
         return 2;
     }
     limit = env_u64("EXPECT_LIMIT", 0);
     hooked = (int)env_u64("EXPECT_HOOKED", 0);
     dev = (int)env_u64("TEST_DEVICE", 0);
+    if (!strcmp(argv[1], "region-fail"))
+        return test_region_fail();
     tc_context(dev);
     if (!strcmp(argv[1], "edge"))
         test_edge();

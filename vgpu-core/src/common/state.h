@@ -17,6 +17,8 @@ struct tessera_state {
     bool any_mem_limit;   /* some card has a memory limit, or the config is poisoned */
     bool any_sm_limit;    /* some card is SM-limited under a QoS that can cap */
     struct region *region;
+    bool region_failed;   /* limits are set but the shared region could not be opened: fail closed */
+    char region_error[TESSERA_PATH_LEN + 96];  /* why, naming the path and errno */
     bool cuda_loaded;
 };
 

@@ -7,6 +7,10 @@
 CUresult cuInit(unsigned int flags)
 {
     TESSERA_REAL(cuInit);
+    if (tessera.region_failed) {
+        TLOG(TLOG_ERROR, "cuInit refused: %s (limits cannot be enforced)", tessera.region_error);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
     CUresult rc = real_cuInit(flags);
     if (rc == CUDA_SUCCESS && !tessera.passthrough) {
         tessera_slot();

@@ -92,6 +92,10 @@ int tessera_mem_card(void)
 
 CUresult tessera_mem_reserve(int card, uint64_t bytes)
 {
+    if (tessera.region_failed) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: %s", (unsigned long long)bytes, card, tessera.region_error);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (tessera.cfg.poisoned || card >= TESSERA_MAX_CARDS) {
         TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: malformed limits", (unsigned long long)bytes, card);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -114,7 +114,7 @@ static void region_init_fresh(struct region *r, bool pshared)
     __atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
 }
 
-static struct region *region_private(void)
+struct region *region_private(void)
 {
     void *m = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -123,39 +123,44 @@ static struct region *region_private(void)
     return m;
 }
 
-struct region *region_open(const char *path)
+/* Maps the region file at fd, initialising it when new; NULL with errno set on failure. */
+static struct region *region_map(int fd, const char *path)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        TLOG(TLOG_ERROR, "cannot open shared region %s (%s): limits apply per process only", path,
-             strerror(errno));
-        return region_private();
-    }
-    /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
-    flock(fd, LOCK_EX);
     struct region *r = NULL;
     /* lseek, not fstat: fstat is a GLIBC_2.33 symbol and the library must load on glibc 2.17. */
     off_t size = lseek(fd, 0, SEEK_END);
-    if (size >= 0 && (size >= (off_t)sizeof *r || ftruncate(fd, sizeof *r) == 0)) {
-        void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m != MAP_FAILED)
-            r = m;
-    }
-    if (r && r->magic != REGION_MAGIC) {
+    if (size < 0 || (size < (off_t)sizeof *r && ftruncate(fd, sizeof *r) != 0))
+        return NULL;
+    void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    r = m;
+    if (r->magic != REGION_MAGIC) {
         fchmod(fd, 0666); /* processes of one container may run as different users */
         region_init_fresh(r, true);
-    } else if (r && (r->version != REGION_VERSION || r->size != sizeof *r)) {
-        TLOG(TLOG_ERROR, "shared region %s has version %u size %u, want %u/%zu: limits apply per process only",
-             path, r->version, r->size, REGION_VERSION, sizeof *r);
+    } else if (r->version != REGION_VERSION || r->size != sizeof *r) {
+        TLOG(TLOG_ERROR, "shared region %s has layout version %u size %u, this library needs %u/%zu", path,
+             r->version, r->size, REGION_VERSION, sizeof *r);
         munmap(r, sizeof *r);
-        r = NULL;
+        errno = EPROTO;
+        return NULL;
     }
+    return r;
+}
+
+struct region *region_open(const char *path, int *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        *err = errno;
+        return NULL;
+    }
+    /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
+    flock(fd, LOCK_EX);
+    struct region *r = region_map(fd, path);
+    *err = r ? 0 : errno;
     flock(fd, LOCK_UN);
     close(fd);
-    if (!r) {
-        TLOG(TLOG_ERROR, "cannot map shared region %s: limits apply per process only", path);
-        return region_private();
-    }
     return r;
 }
 

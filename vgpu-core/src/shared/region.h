@@ -45,8 +45,13 @@ struct region {
     struct region_proc procs[REGION_MAX_PROCS];
 };
 
-/* Maps (creating if needed) the region at path; falls back to a private region on failure. */
-struct region *region_open(const char *path);
+/*
+ * Maps (creating if needed) the region at path. NULL on failure with *err set to the errno
+ * (EPROTO for a region of another layout version); the caller decides how to fail.
+ */
+struct region *region_open(const char *path, int *err);
+/* A region private to this process (anonymous memory); NULL when even that cannot be mapped. */
+struct region *region_private(void);
 /* Claims this process's slot (again after fork). Returns the slot index or -1 when full. */
 int region_register(struct region *r);
 /*
