@@ -101,6 +101,11 @@ run "region: TESSERA_DEBUG_PRIVATE_REGION=1 runs with per-process limits instead
 run "share: 2 processes x 400 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 400
 run "share: 8 processes x 100 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 100
 run "kill: a SIGKILLed process's memory comes back" lim kill EXPECT_LIMIT=$GIB "$T/t_kill"
+run "slots: an exited, unreaped child's (zombie's) memory comes back" lim zombie EXPECT_LIMIT=$GIB "$T/t_slots" zombie
+run "slots: a child that execs a program without the library gives its memory back" lim exec EXPECT_LIMIT=$GIB \
+  "$T/t_slots" exec
+run "slots: a child that execs into a program with the library gives the old image's memory back" lim execp \
+  EXPECT_LIMIT=$GIB "$T/t_slots" exec-preloaded
 run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
   "$T/t_dlsym_next"
 run "dlsym: RTLD_NEXT stays exact with a preload ahead of us" env LD_PRELOAD="${PRE% *} $STUB/libprobe.so $LIB" \

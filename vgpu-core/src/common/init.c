@@ -7,6 +7,7 @@
 
 #include "../limits/memory.h"
 #include "../limits/sm.h"
+#include "../shared/owner.h"
 #include "log.h"
 #include "state.h"
 
@@ -41,6 +42,7 @@ static void child_after_fork(void)
     atomic_store(&slot_valid, 0);
     slot = -1;
     tessera_mem_forget_all();
+    owner_after_fork();
     tessera_sm_after_fork();
 }
 

@@ -14,7 +14,7 @@
 #include "../common/config.h"
 
 #define REGION_MAGIC 0x5445535345524131ULL /* "TESSERA1" */
-#define REGION_VERSION 1
+#define REGION_VERSION 2 /* 2: exec marker in each slot */
 #define REGION_MAX_PROCS 1024
 
 struct region_card {
@@ -33,6 +33,10 @@ struct region_proc {
     uint32_t pad;
     uint64_t start_time;               /* /proc/<pid>/stat starttime: detects pid reuse */
     uint64_t used[TESSERA_MAX_CARDS];
+    /* Added in version 2, at the end: the owner's exec marker (see owner.h). */
+    int32_t marker_fd;
+    uint32_t pad2;
+    uint64_t marker_ino;
 };
 
 struct region {
