@@ -88,6 +88,20 @@ for d in 0 1; do
       "$T/t_memory" $s
   done
 done
+# CUDA_VISIBLE_DEVICES reorders and subsets ordinals; limits follow the card (by UUID), not the ordinal.
+for c in "1,0 0 512" "1,0 1 256" "$UUID1 0 512" "GPU-7e55e7a0-0000-0000-0000-000000000001,$UUID0 1 256"; do
+  set -- $c
+  for s in edge apis report; do
+    run "memory/$s: CUDA_VISIBLE_DEVICES=${1:0:20}… ordinal $2 gets its card's limit ($3 MiB)" \
+      env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.vis$2$3$s" \
+      TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 TESSERA_MEMORY_LIMIT_MIB=256,512 CUDA_VISIBLE_DEVICES=$1 TEST_DEVICE=$2 \
+      EXPECT_LIMIT=$(($3 * MIB)) EXPECT_HOOKED=1 "$T/t_memory" $s
+  done
+done
+expect_log "memory: a device that is not one of the container's cards is refused, naming its UUID" \
+  "CUDA device 0 is $UUID1, which is not in TESSERA_VISIBLE_UUIDS" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
+  LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.unlisted" TESSERA_VISIBLE_UUIDS=$UUID0 \
+  TESSERA_MEMORY_LIMIT_MIB=1024 CUDA_VISIBLE_DEVICES=1 "$T/t_memory" refuse-all
 expect_log "memory: malformed limit fails closed and names the variable" 'TESSERA_MEMORY_LIMIT_MIB="12abc"' \
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all

@@ -8,6 +8,7 @@
 #include "../limits/memory.h"
 #include "../limits/sm.h"
 #include "../shared/owner.h"
+#include "cards.h"
 #include "log.h"
 #include "state.h"
 
@@ -43,6 +44,7 @@ static void child_after_fork(void)
     slot = -1;
     tessera_mem_forget_all();
     owner_after_fork();
+    tessera_cards_after_fork();
     tessera_sm_after_fork();
 }
 
@@ -126,14 +128,6 @@ int tessera_slot(void)
     }
     pthread_mutex_unlock(&slot_mu);
     return slot;
-}
-
-int tessera_current_card(void)
-{
-    CUdevice d;
-    if (!tessera_cuda.cuCtxGetDevice || tessera_cuda.cuCtxGetDevice(&d) != CUDA_SUCCESS)
-        return -1;
-    return d;
 }
 
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;

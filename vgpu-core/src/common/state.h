@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "../shared/region.h"
+#include "cards.h"
 #include "config.h"
 #include "symbols.h"
 
@@ -36,8 +37,6 @@ static inline void tessera_ensure_init(void)
 
 /* This process's slot in the shared region, registered on first use (and again after fork). */
 int tessera_slot(void);
-/* The CUDA ordinal of the calling thread's current context, or -1. */
-int tessera_current_card(void);
 /* Loads the real NVML and calls its nvmlInit once; false when unavailable. */
 bool tessera_nvml_load(void);
 

@@ -51,7 +51,8 @@
     X(cuCtxGetDevice, cuCtxGetDevice_fn)                             \
     X(cuDeviceGetCount, cuDeviceGetCount_fn)                         \
     X(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)                 \
-    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)
+    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)                           \
+    X(cuDeviceGetUuid_v2, cuDeviceGetUuid_fn)
 
 #define TESSERA_NVML_HOOKS(X)                                        \
     X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)           \

@@ -35,7 +35,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 {
     TESSERA_REAL(cuMemAllocPitch_v2);
     int card = tessera_mem_card();
-    if (card < 0)
+    if (card == -1)
         return real_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     /* The pitch is only known afterwards: charge an estimate, then settle the difference. */
     uint64_t estimate = (((uint64_t)width + 511) & ~511ULL) * height;
@@ -114,9 +114,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 {
     TESSERA_REAL(cuMemCreate);
     int card = -1;
-    if (tessera.any_mem_limit && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-        tessera_mem_limited(prop->location.id))
-        card = prop->location.id;
+    if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        card = tessera_mem_card_of_device(prop->location.id);
     TESSERA_COUNTED_ALLOC(card, size, MEM_VMM, real_cuMemCreate(handle, size, prop, flags), *handle);
 }
 

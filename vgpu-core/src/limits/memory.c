@@ -70,6 +70,8 @@ static void table_delete(size_t i)
 
 bool tessera_mem_limited(int card)
 {
+    if (card == TESSERA_CARD_UNLISTED)
+        return true; /* not the container's card: refused, reported as empty */
     if (card < 0)
         return false;
     if (tessera.cfg.poisoned)
@@ -79,14 +81,23 @@ bool tessera_mem_limited(int card)
 
 uint64_t tessera_mem_limit(int card)
 {
-    return tessera.cfg.poisoned ? 0 : tessera_config_mem_limit(&tessera.cfg, card);
+    if (tessera.cfg.poisoned || card < 0)
+        return 0;
+    return tessera_config_mem_limit(&tessera.cfg, card);
 }
 
 int tessera_mem_card(void)
 {
     if (!tessera.any_mem_limit)
         return -1;
-    int card = tessera_current_card();
+    return tessera_mem_card_of_device(tessera_current_device());
+}
+
+int tessera_mem_card_of_device(CUdevice dev)
+{
+    if (!tessera.any_mem_limit || dev < 0)
+        return -1;
+    int card = tessera_card_of_device(dev);
     return tessera_mem_limited(card) ? card : -1;
 }
 
@@ -94,6 +105,11 @@ CUresult tessera_mem_reserve(int card, uint64_t bytes)
 {
     if (tessera.region_failed) {
         TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: %s", (unsigned long long)bytes, card, tessera.region_error);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (card == TESSERA_CARD_UNLISTED) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes: the current device is not one of the container's cards",
+             (unsigned long long)bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (tessera.cfg.poisoned || card >= TESSERA_MAX_CARDS) {

@@ -22,6 +22,8 @@ struct mem_record {
 
 /* The card an allocation on the current context charges, or -1 when no memory limit applies. */
 int tessera_mem_card(void);
+/* The same for CUDA ordinal dev (a VMM location, a stream's device). */
+int tessera_mem_card_of_device(CUdevice dev);
 /* True when `card` is memory-limited (or the config is poisoned). */
 bool tessera_mem_limited(int card);
 /* The limit in bytes reported for card (0 when poisoned). */
@@ -47,7 +49,7 @@ uint64_t tessera_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
  */
 #define TESSERA_COUNTED_ALLOC(card, bytes, kind, call, handle)                        \
     do {                                                                           \
-        if ((card) < 0)                                                            \
+        if ((card) == -1)                                                          \
             return (call);                                                         \
         if (tessera_mem_reserve((card), (bytes)) != CUDA_SUCCESS)                  \
             return CUDA_ERROR_OUT_OF_MEMORY;                                       \

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "stub.h"
+#include "stub_internal.h"
 #include "tessera/cuda_abi.h"
 
 #define API __attribute__((visibility("default")))
@@ -36,7 +37,8 @@ struct alloc {
 };
 
 struct ctx {
-    int dev;
+    int dev;       /* physical card */
+    int ordinal;   /* what cuCtxGetDevice reports: the card's place in CUDA_VISIBLE_DEVICES */
 };
 
 struct func {
@@ -46,6 +48,7 @@ struct func {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int ndev, initialised;
+static int nvis, vis[MAX_DEV]; /* ordinal -> physical card (CUDA_VISIBLE_DEVICES) */
 static struct dev devs[MAX_DEV];
 static struct ctx primary[MAX_DEV];
 static struct alloc *allocs;
@@ -89,6 +92,9 @@ static void setup(void)
             devs[i].sms = 1;
         primary[i].dev = i;
     }
+    nvis = stub_visible_cards(ndev, vis);
+    for (int o = 0; o < nvis; o++)
+        primary[vis[o]].ordinal = o;
     queue_ns = env_list("TESSERA_STUB_QUEUE_MS", 0, 20) * 1000000ULL;
 }
 
@@ -96,6 +102,12 @@ static int ready(void)
 {
     pthread_once(&once, setup);
     return initialised;
+}
+
+/* The physical card of an ordinal, or -1. */
+static int phys(CUdevice d)
+{
+    return d >= 0 && d < nvis ? vis[d] : -1;
 }
 
 #define NEED_INIT()                          \
@@ -116,6 +128,8 @@ API CUresult cuInit(unsigned int flags)
     if (flags)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&once, setup);
+    if (nvis == 0)
+        return CUDA_ERROR_NO_DEVICE; /* as the driver does when CUDA_VISIBLE_DEVICES hides every card */
     initialised = 1;
     return CUDA_SUCCESS;
 }
@@ -129,14 +143,14 @@ API CUresult cuDriverGetVersion(int *v)
 API CUresult cuDeviceGetCount(int *n)
 {
     NEED_INIT();
-    *n = ndev;
+    *n = nvis;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
     NEED_INIT();
-    if (ordinal < 0 || ordinal >= ndev)
+    if (phys(ordinal) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
     return CUDA_SUCCESS;
@@ -145,23 +159,23 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     if (a != CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         return CUDA_ERROR_INVALID_VALUE;
-    *v = (int)devs[d].sms;
+    *v = (int)devs[phys(d)].sms;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     static const unsigned char prefix[4] = {0x7e, 0x55, 0xe7, 0xa0};
     memset(u, 0, sizeof *u);
     memcpy(u->bytes, prefix, 4);
-    u->bytes[15] = (char)d;
+    u->bytes[15] = (char)phys(d);
     return CUDA_SUCCESS;
 }
 
@@ -173,19 +187,19 @@ API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = devs[d].total;
+    *bytes = devs[phys(d)].total;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    devs[d].has_ctx = 1;
-    *c = (CUcontext)&primary[d];
+    devs[phys(d)].has_ctx = 1;
+    *c = (CUcontext)&primary[phys(d)];
     return CUDA_SUCCESS;
 }
 
@@ -215,7 +229,7 @@ API CUresult cuCtxGetCurrent(CUcontext *c)
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
     NEED_CTX();
-    *d = current->dev;
+    *d = current->ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -342,10 +356,9 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUm
                          unsigned long long flags)
 {
     NEED_INIT();
-    if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-        prop->location.id >= ndev)
+    if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || phys(prop->location.id) < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return take(prop->location.id, size, 2, h);
+    return take(phys(prop->location.id), size, 2, h);
 }
 
 API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
