@@ -48,10 +48,16 @@ static CUresult a_alloc(uint64_t n, uint64_t *h) { return cuMemAlloc_v2((CUdevic
 static CUresult a_managed(uint64_t n, uint64_t *h) { return cuMemAllocManaged((CUdeviceptr *)h, n, 1); }
 static CUresult a_async(uint64_t n, uint64_t *h) { return cuMemAllocAsync((CUdeviceptr *)h, n, NULL); }
 static CUresult a_async_ptsz(uint64_t n, uint64_t *h) { return cuMemAllocAsync_ptsz((CUdeviceptr *)h, n, NULL); }
-static CUresult a_pool(uint64_t n, uint64_t *h) { return cuMemAllocFromPoolAsync((CUdeviceptr *)h, n, NULL, NULL); }
+static CUmemoryPool dev_pool(void)
+{
+    CUmemoryPool p = NULL;
+    cuDeviceGetMemPool(&p, dev);
+    return p;
+}
+static CUresult a_pool(uint64_t n, uint64_t *h) { return cuMemAllocFromPoolAsync((CUdeviceptr *)h, n, dev_pool(), NULL); }
 static CUresult a_pool_ptsz(uint64_t n, uint64_t *h)
 {
-    return cuMemAllocFromPoolAsync_ptsz((CUdeviceptr *)h, n, NULL, NULL);
+    return cuMemAllocFromPoolAsync_ptsz((CUdeviceptr *)h, n, dev_pool(), NULL);
 }
 static CUresult a_pitch(uint64_t n, uint64_t *h)
 {
@@ -80,8 +86,17 @@ static CUresult a_mipmap(uint64_t n, uint64_t *h)
     return cuMipmappedArrayCreate((CUmipmappedArray *)h, &d, 2);
 }
 static CUresult f_free(uint64_t h) { return cuMemFree_v2(h); }
-static CUresult f_async(uint64_t h) { return cuMemFreeAsync(h, NULL); }
-static CUresult f_async_ptsz(uint64_t h) { return cuMemFreeAsync_ptsz(h, NULL); }
+/* A pool gives the card its memory back at a synchronisation point, not at the free. */
+static CUresult f_async(uint64_t h)
+{
+    CUresult rc = cuMemFreeAsync(h, NULL);
+    return rc == CUDA_SUCCESS ? cuStreamSynchronize(NULL) : rc;
+}
+static CUresult f_async_ptsz(uint64_t h)
+{
+    CUresult rc = cuMemFreeAsync_ptsz(h, NULL);
+    return rc == CUDA_SUCCESS ? cuStreamSynchronize(NULL) : rc;
+}
 static CUresult f_vmm(uint64_t h) { return cuMemRelease(h); }
 static CUresult f_array(uint64_t h) { return cuArrayDestroy((CUarray)(uintptr_t)h); }
 static CUresult f_mipmap(uint64_t h) { return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h); }
@@ -96,7 +111,7 @@ static void test_apis(void)
         {"cuMemAllocAsync", q, a_async, f_async},
         {"cuMemAllocAsync_ptsz", q, a_async_ptsz, f_async_ptsz},
         {"cuMemAllocFromPoolAsync", q, a_pool, f_async},
-        {"cuMemAllocFromPoolAsync_ptsz", q, a_pool_ptsz, f_free},
+        {"cuMemAllocFromPoolAsync_ptsz", q, a_pool_ptsz, f_async_ptsz},
         {"cuMemAllocPitch_v2", q, a_pitch, f_free},
         {"cuMemCreate", q, a_vmm, f_vmm},
         {"cuArrayCreate_v2", q, a_array, f_array},

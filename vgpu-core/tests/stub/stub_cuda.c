@@ -14,7 +14,7 @@
 #include "stub_internal.h"
 #include "tessera/cuda_abi.h"
 
-#define API __attribute__((visibility("default")))
+
 #define MAX_DEV 16
 #define RING 16384
 
@@ -34,11 +34,7 @@ struct dev {
 struct alloc {
     uint64_t key, size;
     int kind, dev;
-};
-
-struct ctx {
-    int dev;       /* physical card */
-    int ordinal;   /* what cuCtxGetDevice reports: the card's place in CUDA_VISIBLE_DEVICES */
+    const void *owner;   /* the context whose destruction frees it (synchronous allocations, arrays) */
 };
 
 struct func {
@@ -56,6 +52,72 @@ static size_t nallocs, cap_allocs;
 static uint64_t next_addr = 0x7f0000000000ULL;
 static uint64_t queue_ns;
 static __thread struct ctx *current;
+
+static CUresult give(uint64_t key, int kind);
+
+struct ctx *stub_current(void)
+{
+    return current;
+}
+
+void stub_set_current(struct ctx *c)
+{
+    current = c;
+}
+
+struct ctx *stub_primary(int phys_dev)
+{
+    return &primary[phys_dev];
+}
+
+void stub_lock(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+void stub_unlock(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+/* Under the lock: adds (or with a negative delta removes) physical memory in use on a card. */
+void stub_charge(int dev, int64_t delta)
+{
+    devs[dev].used = (uint64_t)((int64_t)devs[dev].used + delta);
+}
+
+uint64_t stub_free_bytes(int dev)
+{
+    return devs[dev].total - devs[dev].used;
+}
+
+unsigned stub_sms(int dev)
+{
+    return devs[dev].sms;
+}
+
+void tessera_stub_mark_ctx(int dev)
+{
+    devs[dev].has_ctx = 1;
+}
+
+CUresult stub_release_vmm(uint64_t handle)
+{
+    return give(handle, 2);
+}
+
+/* Under the lock: frees everything a destroyed context owned. */
+void stub_free_owned(const void *owner)
+{
+    for (size_t i = 0; i < nallocs;) {
+        if (allocs[i].owner == owner) {
+            devs[allocs[i].dev].used -= allocs[i].size;
+            allocs[i] = allocs[--nallocs];
+        } else {
+            i++;
+        }
+    }
+}
 
 static uint64_t now_ns(void)
 {
@@ -91,6 +153,7 @@ static void setup(void)
         if (!devs[i].sms)
             devs[i].sms = 1;
         primary[i].dev = i;
+        primary[i].primary = 1;
     }
     nvis = stub_visible_cards(ndev, vis);
     for (int o = 0; o < nvis; o++)
@@ -108,6 +171,11 @@ static int ready(void)
 static int phys(CUdevice d)
 {
     return d >= 0 && d < nvis ? vis[d] : -1;
+}
+
+int stub_phys(CUdevice d)
+{
+    return phys(d);
 }
 
 #define NEED_INIT()                          \
@@ -161,6 +229,10 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
     NEED_INIT();
     if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
+    if (a == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) {
+        *v = 2048;
+        return CUDA_SUCCESS;
+    }
     if (a != CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         return CUDA_ERROR_INVALID_VALUE;
     *v = (int)devs[phys(d)].sms;
@@ -191,25 +263,6 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
         return CUDA_ERROR_INVALID_DEVICE;
     *bytes = devs[phys(d)].total;
     return CUDA_SUCCESS;
-}
-
-API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
-{
-    NEED_INIT();
-    if (phys(d) < 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    devs[phys(d)].has_ctx = 1;
-    *c = (CUcontext)&primary[phys(d)];
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
-{
-    (void)flags;
-    CUresult rc = cuDevicePrimaryCtxRetain(c, d);
-    if (rc == CUDA_SUCCESS)
-        current = (struct ctx *)*c;
-    return rc;
 }
 
 API CUresult cuCtxSetCurrent(CUcontext c)
@@ -245,7 +298,7 @@ API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 }
 
 /* Charges size to dev and returns a fresh handle; OUT_OF_MEMORY when the card is full. */
-static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
+CUresult stub_take(int dev, uint64_t size, int kind, unsigned long long *key, const void *owner)
 {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -267,10 +320,16 @@ static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
     }
     *key = next_addr;
     next_addr += (size + 511) & ~511ULL;
-    allocs[nallocs++] = (struct alloc){*key, size, kind, dev};
+    allocs[nallocs++] = (struct alloc){*key, size, kind, dev, owner};
     v->used += size;
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
+}
+
+/* Synchronous allocations and arrays belong to the context that made them. */
+static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
+{
+    return stub_take(dev, size, kind, key, current);
 }
 
 static CUresult give(uint64_t key, int kind)
@@ -316,42 +375,6 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
     return give(p, 1);
 }
 
-API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
-{
-    (void)s;
-    NEED_CTX();
-    return take(current->dev, size, 1, p);
-}
-
-API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
-{
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
-{
-    (void)pool;
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
-{
-    (void)pool;
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
-{
-    (void)s;
-    return cuMemFree_v2(p);
-}
-
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
-{
-    (void)s;
-    return cuMemFree_v2(p);
-}
-
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
                          unsigned long long flags)
 {
@@ -359,12 +382,6 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUm
     if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || phys(prop->location.id) < 0)
         return CUDA_ERROR_INVALID_VALUE;
     return take(phys(prop->location.id), size, 2, h);
-}
-
-API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    NEED_INIT();
-    return give(h, 2);
 }
 
 static uint64_t fmt_bytes(CUarray_format f)
@@ -553,6 +570,7 @@ API CUresult cuCtxSynchronize(void)
     NEED_CTX();
     pthread_mutex_lock(&mu);
     uint64_t until = devs[current->dev].busy_until, now = now_ns();
+    stub_pools_trim(current->dev); /* a synchronisation point: pools give back memory over their threshold */
     pthread_mutex_unlock(&mu);
     if (until > now)
         sleep_ns(until - now);
@@ -561,8 +579,15 @@ API CUresult cuCtxSynchronize(void)
 
 API CUresult cuStreamSynchronize(CUstream s)
 {
-    (void)s;
-    return cuCtxSynchronize();
+    CUcontext c;
+    CUresult rc = cuStreamGetCtx(s, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct ctx *saved = current;
+    current = (struct ctx *)c;
+    rc = cuCtxSynchronize();
+    current = saved;
+    return rc;
 }
 
 /* cuGetProcAddress resolves a base name to the variant the caller's CUDA version expects. */
