@@ -8,6 +8,7 @@
  */
 void pthread_create(void);
 void pthread_once(void);
+void pthread_mutex_trylock(void);
 void pthread_mutexattr_init(void);
 void pthread_mutexattr_destroy(void);
 void pthread_mutexattr_setpshared(void);
@@ -16,6 +17,7 @@ void pthread_mutex_consistent(void);
 
 void pthread_create(void) {}
 void pthread_once(void) {}
+void pthread_mutex_trylock(void) {}
 void pthread_mutexattr_init(void) {}
 void pthread_mutexattr_destroy(void) {}
 void pthread_mutexattr_setpshared(void) {}

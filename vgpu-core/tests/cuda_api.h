@@ -57,6 +57,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult cuStreamCreate(CUstream *s, unsigned int flags);
 CUresult cuStreamSynchronize(CUstream s);
+CUresult cuStreamDestroy_v2(CUstream s);
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);

@@ -102,6 +102,15 @@ expect_log "memory: a device that is not one of the container's cards is refused
   "CUDA device 0 is $UUID1, which is not in TESSERA_VISIBLE_UUIDS" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
   LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.unlisted" TESSERA_VISIBLE_UUIDS=$UUID0 \
   TESSERA_MEMORY_LIMIT_MIB=1024 CUDA_VISIBLE_DEVICES=1 "$T/t_memory" refuse-all
+for s in ctx-destroy primary-reset primary-release async-no-context pool-threshold set-limit vmm-mapped graph-node; do
+  run "lifecycle/$s (limit 1 GiB)" lim "life$s" EXPECT_LIMIT=$GIB "$T/t_lifecycle" $s
+done
+run "lifecycle/async-device: two-card container (256,512 MiB)" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
+  LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.lifedev" TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 \
+  TESSERA_MEMORY_LIMIT_MIB=256,512 "$T/t_lifecycle" async-device
+run "lifecycle/context-reserve: 64 MiB per context counted (stub contexts take 64 MiB)" lim lifectx \
+  TESSERA_STUB_CTX_MIB=64 TESSERA_CONTEXT_RESERVE_MIB=64 EXPECT_CONTEXT_MIB=64 EXPECT_LIMIT=$GIB \
+  "$T/t_lifecycle" context-reserve
 expect_log "memory: malformed limit fails closed and names the variable" 'TESSERA_MEMORY_LIMIT_MIB="12abc"' \
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all

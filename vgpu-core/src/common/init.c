@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "../limits/memory.h"
+#include "../limits/pools.h"
 #include "../limits/sm.h"
 #include "../shared/owner.h"
 #include "cards.h"
@@ -45,6 +46,8 @@ static void child_after_fork(void)
     tessera_mem_forget_all();
     owner_after_fork();
     tessera_cards_after_fork();
+    tessera_pools_after_fork();
+    tessera_vmm_after_fork();
     tessera_sm_after_fork();
 }
 

@@ -2,6 +2,7 @@
 #include "../common/log.h"
 #include "../common/state.h"
 #include "../limits/memory.h"
+#include "../limits/pools.h"
 #include "../limits/sm.h"
 
 CUresult cuInit(unsigned int flags)
@@ -26,6 +27,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     int card = tessera_mem_card();
     if (rc != CUDA_SUCCESS || card == -1)
         return rc;
+    tessera_pools_settle_all();
     uint64_t limit = tessera_mem_limit(card), used = tessera_mem_used(card);
     uint64_t room = used < limit ? limit - used : 0;
     if (total_bytes)

@@ -173,6 +173,11 @@ static int phys(CUdevice d)
     return d >= 0 && d < nvis ? vis[d] : -1;
 }
 
+int stub_initialised(void)
+{
+    return ready();
+}
+
 int stub_phys(CUdevice d)
 {
     return phys(d);

@@ -25,6 +25,7 @@ int stub_visible_cards(int ndev, int vis[]);
 
 /* stub_cuda.c: the cards, their memory and the calling thread's context. */
 int stub_phys(CUdevice ordinal);
+int stub_initialised(void);
 struct ctx *stub_current(void);
 void stub_set_current(struct ctx *c);
 struct ctx *stub_primary(int phys_dev);

@@ -94,6 +94,8 @@ API CUresult cuCtxCreate_v2(CUcontext *out, unsigned int flags, CUdevice d)
 {
     (void)flags;
     int p = stub_phys(d);
+    if (!stub_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || p < 0)
         return p < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
     struct ctx *c = calloc(1, sizeof *c);
@@ -128,6 +130,8 @@ API CUresult cuCtxDestroy_v2(CUcontext h)
 
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice d)
 {
+    if (!stub_initialised())
+        return CUDA_ERROR_NOT_INITIALIZED;
     int p = stub_phys(d);
     if (p < 0)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -245,6 +249,8 @@ API CUresult cuStreamGetCtx(CUstream s, CUcontext *out)
 /* Under the lock: gives the card what the pool holds beyond max(used, keep). */
 static void trim(struct pool *p, uint64_t keep)
 {
+    if (keep >= p->reserved)
+        return;
     uint64_t target = round_up(p->used > keep ? p->used : keep);
     if (p->reserved > target) {
         stub_charge(p->dev, -(int64_t)(p->reserved - target));
@@ -522,5 +528,28 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphN
 API CUresult cuGraphDestroy(CUgraph g)
 {
     free(g);
+    return CUDA_SUCCESS;
+}
+
+/* A short per-thread context stack, enough for push/pop pairs. */
+static __thread struct ctx *pushed[16];
+static __thread int npushed;
+
+API CUresult cuCtxPushCurrent_v2(CUcontext c)
+{
+    if (npushed == 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    pushed[npushed++] = stub_current();
+    stub_set_current((struct ctx *)c);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxPopCurrent_v2(CUcontext *out)
+{
+    if (npushed == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (out)
+        *out = (CUcontext)stub_current();
+    stub_set_current(pushed[--npushed]);
     return CUDA_SUCCESS;
 }
