@@ -11,6 +11,7 @@ DECL(cuDeviceGet, cuDeviceGet_fn)
 DECL(cuDeviceGetCount, cuDeviceGetCount_fn)
 DECL(cuDeviceTotalMem_v2, cuDeviceTotalMem_fn)
 DECL(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)
+DECL(cuDeviceGetUuid, cuDeviceGetUuid_fn)
 DECL(cuCtxGetDevice, cuCtxGetDevice_fn)
 DECL(cuMemGetInfo_v2, cuMemGetInfo_fn)
 DECL(cuMemAlloc_v2, cuMemAlloc_fn)
@@ -38,6 +39,7 @@ DECL(cuGetProcAddress, cuGetProcAddress_v1_fn)
 DECL(cuGetProcAddress_v2, cuGetProcAddress_v2_fn)
 DECL(nvmlInit_v2, nvmlInit_fn)
 DECL(nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetHandleByIndex_fn)
+DECL(nvmlDeviceGetHandleByUUID, nvmlDeviceGetHandleByUUID_fn)
 DECL(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)
 DECL(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2_fn)
 #undef DECL
@@ -47,6 +49,27 @@ CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuModuleLoad(CUmodule *m, const char *path);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+CUresult cuStreamCreate(CUstream *s, unsigned int flags);
+CUresult cuStreamSynchronize(CUstream s);
+CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
+CUresult cuGraphDestroy(CUgraph g);
 
 /* cuInit + a context on device `dev`; exits the test on failure. */
 static inline void tc_context(int dev)

@@ -57,6 +57,10 @@ lim() {
 }
 
 echo "== vgpu-core tests ($BUILD) =="
+if [ "$SAN" = 0 ]; then # the sanitizer build needs libasan, and is not shipped
+  run "glibc: every imported symbol is GLIBC_2.17 or older (loads on Ubuntu 20.04, UBI 8)" \
+    tests/check_glibc.sh "$LIB"
+fi
 run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
 run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid reuse)" \
   env TEST_TMP="$TMP" "$T/unit_region"
@@ -84,13 +88,47 @@ for d in 0 1; do
       "$T/t_memory" $s
   done
 done
+# CUDA_VISIBLE_DEVICES reorders and subsets ordinals; limits follow the card (by UUID), not the ordinal.
+for c in "1,0 0 512" "1,0 1 256" "$UUID1 0 512" "GPU-7e55e7a0-0000-0000-0000-000000000001,$UUID0 1 256"; do
+  set -- $c
+  for s in edge apis report; do
+    run "memory/$s: CUDA_VISIBLE_DEVICES=${1:0:20}… ordinal $2 gets its card's limit ($3 MiB)" \
+      env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.vis$2$3$s" \
+      TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 TESSERA_MEMORY_LIMIT_MIB=256,512 CUDA_VISIBLE_DEVICES=$1 TEST_DEVICE=$2 \
+      EXPECT_LIMIT=$(($3 * MIB)) EXPECT_HOOKED=1 "$T/t_memory" $s
+  done
+done
+expect_log "memory: a device that is not one of the container's cards is refused, naming its UUID" \
+  "CUDA device 0 is $UUID1, which is not in TESSERA_VISIBLE_UUIDS" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
+  LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.unlisted" TESSERA_VISIBLE_UUIDS=$UUID0 \
+  TESSERA_MEMORY_LIMIT_MIB=1024 CUDA_VISIBLE_DEVICES=1 "$T/t_memory" refuse-all
+for s in ctx-destroy primary-reset primary-release async-no-context pool-threshold set-limit vmm-mapped graph-node; do
+  run "lifecycle/$s (limit 1 GiB)" lim "life$s" EXPECT_LIMIT=$GIB "$T/t_lifecycle" $s
+done
+run "lifecycle/async-device: two-card container (256,512 MiB)" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
+  LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.lifedev" TESSERA_VISIBLE_UUIDS=$UUID0,$UUID1 \
+  TESSERA_MEMORY_LIMIT_MIB=256,512 "$T/t_lifecycle" async-device
+run "lifecycle/context-reserve: 64 MiB per context counted (stub contexts take 64 MiB)" lim lifectx \
+  TESSERA_STUB_CTX_MIB=64 TESSERA_CONTEXT_RESERVE_MIB=64 EXPECT_CONTEXT_MIB=64 EXPECT_LIMIT=$GIB \
+  "$T/t_lifecycle" context-reserve
 expect_log "memory: malformed limit fails closed and names the variable" 'TESSERA_MEMORY_LIMIT_MIB="12abc"' \
   env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.bad" TESSERA_MEMORY_LIMIT_MIB=12abc \
   "$T/t_memory" refuse-all
+expect_log "region: an unopenable shared region fails closed, naming the path and errno" \
+  'cannot open shared region /nonexistent-tessera-dir/region: No such file or directory (errno 2)' \
+  lim regionfail TESSERA_SHARED_REGION=/nonexistent-tessera-dir/region "$T/t_memory" region-fail
+run "region: TESSERA_DEBUG_PRIVATE_REGION=1 runs with per-process limits instead" lim regiondebug \
+  TESSERA_SHARED_REGION=/nonexistent-tessera-dir/region TESSERA_DEBUG_PRIVATE_REGION=1 EXPECT_LIMIT=$GIB \
+  EXPECT_HOOKED=1 "$T/t_memory" edge
 
 run "share: 2 processes x 400 rounds never exceed one limit" lim share2 EXPECT_LIMIT=$GIB "$T/t_share" 2 400
 run "share: 8 processes x 100 rounds never exceed one limit" lim share8 EXPECT_LIMIT=$GIB "$T/t_share" 8 100
 run "kill: a SIGKILLed process's memory comes back" lim kill EXPECT_LIMIT=$GIB "$T/t_kill"
+run "slots: an exited, unreaped child's (zombie's) memory comes back" lim zombie EXPECT_LIMIT=$GIB "$T/t_slots" zombie
+run "slots: a child that execs a program without the library gives its memory back" lim exec EXPECT_LIMIT=$GIB \
+  "$T/t_slots" exec
+run "slots: a child that execs into a program with the library gives the old image's memory back" lim execp \
+  EXPECT_LIMIT=$GIB "$T/t_slots" exec-preloaded
 run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
   "$T/t_dlsym_next"
 run "dlsym: RTLD_NEXT stays exact with a preload ahead of us" env LD_PRELOAD="${PRE% *} $STUB/libprobe.so $LIB" \

@@ -2,7 +2,7 @@
  * Memory limit behaviour of one process, run with and without LD_PRELOAD. The runner sets
  * EXPECT_LIMIT to the capacity the process should see (the container limit with the library,
  * the stub card's memory without it) and EXPECT_HOOKED to 1 when the library is preloaded.
- * Usage: t_memory edge|apis|report|procaddr|unknown-free|refuse-all
+ * Usage: t_memory edge|apis|report|procaddr|unknown-free|refuse-all|region-fail
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,10 +48,16 @@ static CUresult a_alloc(uint64_t n, uint64_t *h) { return cuMemAlloc_v2((CUdevic
 static CUresult a_managed(uint64_t n, uint64_t *h) { return cuMemAllocManaged((CUdeviceptr *)h, n, 1); }
 static CUresult a_async(uint64_t n, uint64_t *h) { return cuMemAllocAsync((CUdeviceptr *)h, n, NULL); }
 static CUresult a_async_ptsz(uint64_t n, uint64_t *h) { return cuMemAllocAsync_ptsz((CUdeviceptr *)h, n, NULL); }
-static CUresult a_pool(uint64_t n, uint64_t *h) { return cuMemAllocFromPoolAsync((CUdeviceptr *)h, n, NULL, NULL); }
+static CUmemoryPool dev_pool(void)
+{
+    CUmemoryPool p = NULL;
+    cuDeviceGetMemPool(&p, dev);
+    return p;
+}
+static CUresult a_pool(uint64_t n, uint64_t *h) { return cuMemAllocFromPoolAsync((CUdeviceptr *)h, n, dev_pool(), NULL); }
 static CUresult a_pool_ptsz(uint64_t n, uint64_t *h)
 {
-    return cuMemAllocFromPoolAsync_ptsz((CUdeviceptr *)h, n, NULL, NULL);
+    return cuMemAllocFromPoolAsync_ptsz((CUdeviceptr *)h, n, dev_pool(), NULL);
 }
 static CUresult a_pitch(uint64_t n, uint64_t *h)
 {
@@ -80,8 +86,17 @@ static CUresult a_mipmap(uint64_t n, uint64_t *h)
     return cuMipmappedArrayCreate((CUmipmappedArray *)h, &d, 2);
 }
 static CUresult f_free(uint64_t h) { return cuMemFree_v2(h); }
-static CUresult f_async(uint64_t h) { return cuMemFreeAsync(h, NULL); }
-static CUresult f_async_ptsz(uint64_t h) { return cuMemFreeAsync_ptsz(h, NULL); }
+/* A pool gives the card its memory back at a synchronisation point, not at the free. */
+static CUresult f_async(uint64_t h)
+{
+    CUresult rc = cuMemFreeAsync(h, NULL);
+    return rc == CUDA_SUCCESS ? cuStreamSynchronize(NULL) : rc;
+}
+static CUresult f_async_ptsz(uint64_t h)
+{
+    CUresult rc = cuMemFreeAsync_ptsz(h, NULL);
+    return rc == CUDA_SUCCESS ? cuStreamSynchronize(NULL) : rc;
+}
 static CUresult f_vmm(uint64_t h) { return cuMemRelease(h); }
 static CUresult f_array(uint64_t h) { return cuArrayDestroy((CUarray)(uintptr_t)h); }
 static CUresult f_mipmap(uint64_t h) { return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h); }
@@ -96,7 +111,7 @@ static void test_apis(void)
         {"cuMemAllocAsync", q, a_async, f_async},
         {"cuMemAllocAsync_ptsz", q, a_async_ptsz, f_async_ptsz},
         {"cuMemAllocFromPoolAsync", q, a_pool, f_async},
-        {"cuMemAllocFromPoolAsync_ptsz", q, a_pool_ptsz, f_free},
+        {"cuMemAllocFromPoolAsync_ptsz", q, a_pool_ptsz, f_async_ptsz},
         {"cuMemAllocPitch_v2", q, a_pitch, f_free},
         {"cuMemCreate", q, a_vmm, f_vmm},
         {"cuArrayCreate_v2", q, a_array, f_array},
@@ -131,7 +146,14 @@ static void test_report(void)
     nvmlDevice_t d;
     nvmlMemory_t m;
     nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
-    CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2((unsigned)dev, &d) == NVML_SUCCESS, "nvml");
+    /* NVML indices are the node's, not CUDA ordinals (CUDA_VISIBLE_DEVICES): find the card by UUID. */
+    CUuuid u;
+    char uuid[96];
+    const unsigned char *b = (const unsigned char *)u.bytes;
+    CHECK(cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS, "uuid");
+    snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByUUID(uuid, &d) == NVML_SUCCESS, "nvml %s", uuid);
     CHECK(nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS && m.total == limit && m.used == 100 * MIB &&
               m.free == limit - 100 * MIB,
           "nvml total %llu used %llu free %llu", m.total, m.used, m.free);
@@ -222,15 +244,28 @@ static void test_refuse_all(void)
     CHECK(cuMemGetInfo_v2(&free_b, &total) == CUDA_SUCCESS && total == 0 && free_b == 0, "reported 0/0");
 }
 
+static int test_region_fail(void)
+{
+    CASE("an unopenable shared region fails closed: cuInit and allocations are refused");
+    CUcontext ctx;
+    CUdeviceptr p;
+    CHECK(cuInit(0) != CUDA_SUCCESS, "cuInit must be refused");
+    CHECK(cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS, "no context without cuInit");
+    CHECK(cuMemAlloc_v2(&p, 1) != CUDA_SUCCESS, "no allocation");
+    return tc_summary("region-fail");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s edge|apis|report|procaddr|unknown-free|refuse-all\n", argv[0]);
+        fprintf(stderr, "usage: %s edge|apis|report|procaddr|unknown-free|refuse-all|region-fail\n", argv[0]);
         return 2;
     }
     limit = env_u64("EXPECT_LIMIT", 0);
     hooked = (int)env_u64("EXPECT_HOOKED", 0);
     dev = (int)env_u64("TEST_DEVICE", 0);
+    if (!strcmp(argv[1], "region-fail"))
+        return test_region_fail();
     tc_context(dev);
     if (!strcmp(argv[1], "edge"))
         test_edge();

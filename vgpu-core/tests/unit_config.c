@@ -39,12 +39,15 @@ static const struct config_case cases[] = {
      100, 100, QOS_FIXED_SHARE},
     {"an unknown key in the limits file is malformed", {0}, "version=1\nTESSERA_MEMORY=512\n", 1, 0, 0, 100, 100,
      QOS_FIXED_SHARE},
+    {"a malformed context reservation is malformed", {"TESSERA_CONTEXT_RESERVE_MIB=-1"}, NULL, 1, 0, 0, 100, 100,
+     QOS_FIXED_SHARE},
     {"a named limits file that is missing is malformed", {"TESSERA_LIMITS_FILE=/nonexistent/limits.env"}, NULL, 1,
      0, 0, 100, 100, QOS_FIXED_SHARE},
 };
 
 static const char *const keys[] = {"TESSERA_VISIBLE_UUIDS", "TESSERA_MEMORY_LIMIT_MIB", "TESSERA_SM_LIMIT",
-                                   "TESSERA_QOS", "TESSERA_SHARED_REGION", "TESSERA_LIMITS_FILE"};
+                                   "TESSERA_QOS", "TESSERA_SHARED_REGION", "TESSERA_LIMITS_FILE",
+                                   "TESSERA_CONTEXT_RESERVE_MIB"};
 
 int main(void)
 {

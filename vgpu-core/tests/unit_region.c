@@ -1,4 +1,5 @@
 /* Unit tests of the shared region: limits, saturation, a dying lock holder, dead-process reclaim. */
+#include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +12,8 @@ static struct region *fresh(const char *dir, const char *name)
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
-    return region_open(path);
+    int err = 0;
+    return region_open(path, &err);
 }
 
 int main(void)
@@ -72,7 +74,12 @@ int main(void)
     snprintf(path, sizeof path, "%s/unit-region-2", dir);
     struct region *r2 = fresh(dir, "unit-region-2");
     r2->version = 99;
-    struct region *r3 = region_open(path);
-    CHECK(r3 != r2 && r3->version == REGION_VERSION, "private fallback");
+    int err = 0;
+    struct region *r3 = region_open(path, &err);
+    CHECK(r3 == NULL && err == EPROTO, "another layout version is refused (err %d)", err);
+
+    CASE("a region that cannot be created is reported with its errno");
+    r3 = region_open("/nonexistent-tessera-dir/region", &err);
+    CHECK(r3 == NULL && err == ENOENT, "err %d", err);
     return tc_summary("unit_region");
 }

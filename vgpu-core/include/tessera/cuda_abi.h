@@ -23,6 +23,7 @@ typedef enum cudaError_enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_OPERATING_SYSTEM = 304,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
@@ -42,14 +43,38 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+
+/* The stream handles that name the current context's default streams. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
 
 typedef enum CUdevice_attribute_enum {
-    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
 } CUdevice_attribute;
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0x00,        /* bytes per thread: reserved for every resident thread */
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02
+} CUlimit;
+
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,      /* cuuint64_t: bytes a pool keeps at synchronisation */
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,   /* cuuint64_t: physical memory the pool holds */
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,       /* cuuint64_t: memory handed out to allocations */
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+} CUmemPool_attribute;
 
 typedef enum CUarray_format_enum {
     CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
@@ -101,6 +126,26 @@ typedef struct CUmemAllocationProp_st {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+typedef struct CUmemPoolProps_st {          /* CUmemPoolProps_v1 (88 bytes) */
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+typedef struct CUmemAccessDesc_st CUmemAccessDesc;  /* opaque here: passed through */
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {  /* CUDA_MEM_ALLOC_NODE_PARAMS_v1 */
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;                        /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;  /* opaque here: passed through */
 
@@ -160,6 +205,34 @@ typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned int, unsig
 typedef CUresult (*cuGetProcAddress_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*cuGetProcAddress_v2_fn)(const char *, void **, int, cuuint64_t,
                                            CUdriverProcAddressQueryResult *);
+
+typedef CUresult (*cuCtxCreate_fn)(CUcontext *, unsigned int, CUdevice);
+typedef CUresult (*cuCtxCreate_v3_fn)(CUcontext *, void *, int, unsigned int, CUdevice);
+typedef CUresult (*cuCtxCreate_v4_fn)(CUcontext *, void *, unsigned int, CUdevice);
+typedef CUresult (*cuCtxDestroy_fn)(CUcontext);
+typedef CUresult (*cuCtxPushCurrent_fn)(CUcontext);
+typedef CUresult (*cuCtxPopCurrent_fn)(CUcontext *);
+typedef CUresult (*cuCtxSetLimit_fn)(CUlimit, size_t);
+typedef CUresult (*cuCtxGetLimit_fn)(size_t *, CUlimit);
+typedef CUresult (*cuCtxSynchronize_fn)(void);
+typedef CUresult (*cuDevicePrimaryCtxRetain_fn)(CUcontext *, CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxRelease_fn)(CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxReset_fn)(CUdevice);
+typedef CUresult (*cuDevicePrimaryCtxGetState_fn)(CUdevice, unsigned int *, int *);
+typedef CUresult (*cuStreamGetCtx_fn)(CUstream, CUcontext *);
+typedef CUresult (*cuStreamSynchronize_fn)(CUstream);
+typedef CUresult (*cuEventSynchronize_fn)(CUevent);
+typedef CUresult (*cuDeviceGetMemPool_fn)(CUmemoryPool *, CUdevice);
+typedef CUresult (*cuMemPoolCreate_fn)(CUmemoryPool *, const CUmemPoolProps *);
+typedef CUresult (*cuMemPoolDestroy_fn)(CUmemoryPool);
+typedef CUresult (*cuMemPoolTrimTo_fn)(CUmemoryPool, size_t);
+typedef CUresult (*cuMemPoolGetAttribute_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*cuMemPoolSetAttribute_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*cuMemMap_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*cuMemUnmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*cuGraphAddMemAllocNode_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS *);
+typedef CUresult (*cuGraphDestroy_fn)(CUgraph);
 
 /* Pre-3.2 (32-bit size) entry points still exported by libcuda for old binaries. */
 typedef CUresult (*cuMemAlloc_v1_fn)(unsigned int *, unsigned int);

@@ -100,6 +100,11 @@ bool tessera_config_apply(struct tessera_config *cfg, const char *key, const cha
             cfg->qos = QOS_BURST_SHARE;
         else
             ok = false;
+    } else if (strcmp(key, "TESSERA_CONTEXT_RESERVE_MIB") == 0) {
+        uint64_t v;
+        ok = parse_u64(value, MAX_MIB, &v);
+        if (ok)
+            cfg->context_reserve = v << 20;
     } else if (strcmp(key, "TESSERA_SHARED_REGION") == 0) {
         ok = value[0] == '/' && strlen(value) < TESSERA_PATH_LEN;
         if (ok)
@@ -167,7 +172,8 @@ static void load_file(struct tessera_config *cfg, const char *path, bool explici
 }
 
 static const char *const env_keys[] = {"TESSERA_LOG_LEVEL", "TESSERA_VISIBLE_UUIDS", "TESSERA_MEMORY_LIMIT_MIB",
-                                       "TESSERA_SM_LIMIT", "TESSERA_QOS", "TESSERA_SHARED_REGION"};
+                                       "TESSERA_SM_LIMIT", "TESSERA_QOS", "TESSERA_SHARED_REGION",
+                                       "TESSERA_CONTEXT_RESERVE_MIB"};
 
 void tessera_config_load(struct tessera_config *cfg)
 {

@@ -21,6 +21,7 @@ struct tessera_config {
     uint64_t mem_limit[TESSERA_MAX_CARDS];   /* bytes; 0 = no limit */
     unsigned sm_limit[TESSERA_MAX_CARDS];    /* percent 1..100; 100 = uncapped */
     enum tessera_qos qos;
+    uint64_t context_reserve;                /* bytes counted per CUDA context on a limited card */
     char region_path[TESSERA_PATH_LEN];
     bool any_setting;  /* at least one Tessera variable or a limits file was present */
     bool poisoned;     /* a value was malformed: fail closed (see README "Malformed values") */

@@ -1,11 +1,15 @@
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../limits/memory.h"
+#include "../limits/pools.h"
 #include "../limits/sm.h"
+#include "../shared/owner.h"
+#include "cards.h"
 #include "log.h"
 #include "state.h"
 
@@ -40,7 +44,43 @@ static void child_after_fork(void)
     atomic_store(&slot_valid, 0);
     slot = -1;
     tessera_mem_forget_all();
+    owner_after_fork();
+    tessera_cards_after_fork();
+    tessera_pools_after_fork();
+    tessera_vmm_after_fork();
     tessera_sm_after_fork();
+}
+
+/*
+ * The region is what makes the limits container-wide. Without it, processes would each get the
+ * whole limit, so the container fails closed (cuInit refused, see tessera_region_refusal) unless
+ * TESSERA_DEBUG_PRIVATE_REGION=1 asks for per-process accounting while debugging.
+ */
+static void open_region(const char *path)
+{
+    int err = 0;
+    tessera.region = region_open(path, &err);
+    if (tessera.region)
+        return;
+    const char *dbg = getenv("TESSERA_DEBUG_PRIVATE_REGION");
+    bool debug = dbg && strcmp(dbg, "1") == 0;
+    snprintf(tessera.region_error, sizeof tessera.region_error, "cannot open shared region %s: %s (errno %d)",
+             path, strerror(err), err);
+    if (debug) {
+        TLOG(TLOG_WARN, "%s: TESSERA_DEBUG_PRIVATE_REGION=1, so limits apply per process only (debugging only)",
+             tessera.region_error);
+    } else {
+        tessera.region_failed = true;
+        TLOG(TLOG_ERROR, "%s: failing closed, CUDA initialisation and every allocation are refused; check that "
+             "the device plugin mounted the container directory writable (TESSERA_DEBUG_PRIVATE_REGION=1 runs "
+             "with per-process limits, for debugging only)", tessera.region_error);
+    }
+    /* Either way a mapped region keeps every other path simple; when failed it only backs refusals. */
+    tessera.region = region_private();
+    if (!tessera.region) {
+        tessera.region_failed = true;
+        TLOG(TLOG_ERROR, "cannot map even a private region: failing closed");
+    }
 }
 
 static void init_once_body(void)
@@ -65,7 +105,7 @@ static void init_once_body(void)
         TESSERA_CUDA_CALLS(RESOLVE_CUDA)
     }
     if (tessera.any_mem_limit || tessera.any_sm_limit)
-        tessera.region = region_open(c->region_path);
+        open_region(c->region_path);
     pthread_atfork(NULL, NULL, child_after_fork);
     TLOG(TLOG_INFO, "initialised: %s, memory limits %s, SM limits %s",
          tessera.passthrough ? "pass-through" : "limits configured", tessera.any_mem_limit ? "on" : "off",
@@ -91,14 +131,6 @@ int tessera_slot(void)
     }
     pthread_mutex_unlock(&slot_mu);
     return slot;
-}
-
-int tessera_current_card(void)
-{
-    CUdevice d;
-    if (!tessera_cuda.cuCtxGetDevice || tessera_cuda.cuCtxGetDevice(&d) != CUDA_SUCCESS)
-        return -1;
-    return d;
 }
 
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "../shared/region.h"
+#include "cards.h"
 #include "config.h"
 #include "symbols.h"
 
@@ -17,6 +18,8 @@ struct tessera_state {
     bool any_mem_limit;   /* some card has a memory limit, or the config is poisoned */
     bool any_sm_limit;    /* some card is SM-limited under a QoS that can cap */
     struct region *region;
+    bool region_failed;   /* limits are set but the shared region could not be opened: fail closed */
+    char region_error[TESSERA_PATH_LEN + 96];  /* why, naming the path and errno */
     bool cuda_loaded;
 };
 
@@ -34,8 +37,6 @@ static inline void tessera_ensure_init(void)
 
 /* This process's slot in the shared region, registered on first use (and again after fork). */
 int tessera_slot(void);
-/* The CUDA ordinal of the calling thread's current context, or -1. */
-int tessera_current_card(void);
 /* Loads the real NVML and calls its nvmlInit once; false when unavailable. */
 bool tessera_nvml_load(void);
 

@@ -44,14 +44,43 @@
     X(cuMemGetInfo, cuMemGetInfo_v1_fn)                              \
     X(cuDeviceTotalMem, cuDeviceTotalMem_v1_fn)                      \
     X(cuArrayCreate, cuArrayCreate_v1_fn)                            \
-    X(cuArray3DCreate, cuArray3DCreate_v1_fn)
+    X(cuArray3DCreate, cuArray3DCreate_v1_fn)                        \
+    X(cuCtxCreate_v2, cuCtxCreate_fn)                                \
+    X(cuCtxCreate_v3, cuCtxCreate_v3_fn)                             \
+    X(cuCtxCreate_v4, cuCtxCreate_v4_fn)                             \
+    X(cuCtxDestroy_v2, cuCtxDestroy_fn)                              \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain_fn)         \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_fn)       \
+    X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease_fn)    \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_fn)           \
+    X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_fn)        \
+    X(cuCtxSetLimit, cuCtxSetLimit_fn)                               \
+    X(cuCtxSynchronize, cuCtxSynchronize_fn)                         \
+    X(cuStreamSynchronize, cuStreamSynchronize_fn)                   \
+    X(cuStreamSynchronize_ptsz, cuStreamSynchronize_fn)              \
+    X(cuEventSynchronize, cuEventSynchronize_fn)                     \
+    X(cuMemPoolCreate, cuMemPoolCreate_fn)                           \
+    X(cuMemPoolDestroy, cuMemPoolDestroy_fn)                         \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo_fn)                           \
+    X(cuMemMap, cuMemMap_fn)                                         \
+    X(cuMemUnmap, cuMemUnmap_fn)                                     \
+    X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode_fn)             \
+    X(cuGraphDestroy, cuGraphDestroy_fn)
 
 /* CUDA entry points vgpu-core only calls. */
 #define TESSERA_CUDA_CALLS(X)                                        \
     X(cuCtxGetDevice, cuCtxGetDevice_fn)                             \
     X(cuDeviceGetCount, cuDeviceGetCount_fn)                         \
     X(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)                 \
-    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)
+    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)                           \
+    X(cuDeviceGetUuid_v2, cuDeviceGetUuid_fn)                        \
+    X(cuCtxGetCurrent, cuCtxGetCurrent_fn)                           \
+    X(cuCtxPushCurrent_v2, cuCtxPushCurrent_fn)                      \
+    X(cuCtxPopCurrent_v2, cuCtxPopCurrent_fn)                        \
+    X(cuStreamGetCtx, cuStreamGetCtx_fn)                             \
+    X(cuDeviceGetMemPool, cuDeviceGetMemPool_fn)                     \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute_fn)               \
+    X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState_fn)
 
 #define TESSERA_NVML_HOOKS(X)                                        \
     X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)           \

@@ -2,11 +2,16 @@
 #include "../common/log.h"
 #include "../common/state.h"
 #include "../limits/memory.h"
+#include "../limits/pools.h"
 #include "../limits/sm.h"
 
 CUresult cuInit(unsigned int flags)
 {
     TESSERA_REAL(cuInit);
+    if (tessera.region_failed) {
+        TLOG(TLOG_ERROR, "cuInit refused: %s (limits cannot be enforced)", tessera.region_error);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
     CUresult rc = real_cuInit(flags);
     if (rc == CUDA_SUCCESS && !tessera.passthrough) {
         tessera_slot();
@@ -20,8 +25,9 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     TESSERA_REAL(cuMemGetInfo_v2);
     CUresult rc = real_cuMemGetInfo_v2(free_bytes, total_bytes);
     int card = tessera_mem_card();
-    if (rc != CUDA_SUCCESS || card < 0)
+    if (rc != CUDA_SUCCESS || card == -1)
         return rc;
+    tessera_pools_settle_all();
     uint64_t limit = tessera_mem_limit(card), used = tessera_mem_used(card);
     uint64_t room = used < limit ? limit - used : 0;
     if (total_bytes)
@@ -35,8 +41,9 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     TESSERA_REAL(cuDeviceTotalMem_v2);
     CUresult rc = real_cuDeviceTotalMem_v2(bytes, dev);
-    if (rc == CUDA_SUCCESS && bytes && tessera.any_mem_limit && tessera_mem_limited(dev))
-        *bytes = tessera_mem_limit(dev);
+    int card;
+    if (rc == CUDA_SUCCESS && bytes && (card = tessera_mem_card_of_device(dev)) != -1)
+        *bytes = tessera_mem_limit(card);
     return rc;
 }
 

@@ -13,7 +13,7 @@
         if (rc_ == CUDA_SUCCESS)                                                     \
             tessera_mem_unreserve(rec_.card, rec_.bytes);                            \
         else                                                                         \
-            tessera_mem_track((kind), rec_.key, rec_.card, rec_.bytes);              \
+            tessera_mem_track_full(&rec_);                                           \
         return rc_;                                                                  \
     } while (0)
 
@@ -35,7 +35,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
 {
     TESSERA_REAL(cuMemAllocPitch_v2);
     int card = tessera_mem_card();
-    if (card < 0)
+    if (card == -1)
         return real_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     /* The pitch is only known afterwards: charge an estimate, then settle the difference. */
     uint64_t estimate = (((uint64_t)width + 511) & ~511ULL) * height;
@@ -65,65 +65,15 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     TESSERA_COUNTED_FREE(MEM_PTR, dptr, real_cuMemFree_v2(dptr));
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream)
-{
-    TESSERA_REAL(cuMemAllocAsync);
-    int card = tessera_mem_card();
-    TESSERA_COUNTED_ALLOC(card, bytesize, MEM_PTR, real_cuMemAllocAsync(dptr, bytesize, stream), *dptr);
-}
-
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream)
-{
-    TESSERA_REAL(cuMemAllocAsync_ptsz);
-    int card = tessera_mem_card();
-    TESSERA_COUNTED_ALLOC(card, bytesize, MEM_PTR, real_cuMemAllocAsync_ptsz(dptr, bytesize, stream), *dptr);
-}
-
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)
-{
-    TESSERA_REAL(cuMemAllocFromPoolAsync);
-    int card = tessera_mem_card();
-    TESSERA_COUNTED_ALLOC(card, bytesize, MEM_PTR, real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream),
-                          *dptr);
-}
-
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)
-{
-    TESSERA_REAL(cuMemAllocFromPoolAsync_ptsz);
-    int card = tessera_mem_card();
-    TESSERA_COUNTED_ALLOC(card, bytesize, MEM_PTR,
-                          real_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream), *dptr);
-}
-
-/* Stream-ordered frees give the room back when enqueued, as the pool can reuse it from then on. */
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
-{
-    TESSERA_REAL(cuMemFreeAsync);
-    TESSERA_COUNTED_FREE(MEM_PTR, dptr, real_cuMemFreeAsync(dptr, stream));
-}
-
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
-{
-    TESSERA_REAL(cuMemFreeAsync_ptsz);
-    TESSERA_COUNTED_FREE(MEM_PTR, dptr, real_cuMemFreeAsync_ptsz(dptr, stream));
-}
-
 /* VMM: physical memory is taken by cuMemCreate on prop->location, not by cuMemMap. */
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                      unsigned long long flags)
 {
     TESSERA_REAL(cuMemCreate);
     int card = -1;
-    if (tessera.any_mem_limit && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-        tessera_mem_limited(prop->location.id))
-        card = prop->location.id;
+    if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        card = tessera_mem_card_of_device(prop->location.id);
     TESSERA_COUNTED_ALLOC(card, size, MEM_VMM, real_cuMemCreate(handle, size, prop, flags), *handle);
-}
-
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-    TESSERA_REAL(cuMemRelease);
-    TESSERA_COUNTED_FREE(MEM_VMM, handle, real_cuMemRelease(handle));
 }
 
 CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *desc)

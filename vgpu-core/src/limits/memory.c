@@ -6,6 +6,7 @@
 
 #include "../common/log.h"
 #include "../common/state.h"
+#include "pools.h"
 
 /* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -70,6 +71,8 @@ static void table_delete(size_t i)
 
 bool tessera_mem_limited(int card)
 {
+    if (card == TESSERA_CARD_UNLISTED)
+        return true; /* not the container's card: refused, reported as empty */
     if (card < 0)
         return false;
     if (tessera.cfg.poisoned)
@@ -79,19 +82,37 @@ bool tessera_mem_limited(int card)
 
 uint64_t tessera_mem_limit(int card)
 {
-    return tessera.cfg.poisoned ? 0 : tessera_config_mem_limit(&tessera.cfg, card);
+    if (tessera.cfg.poisoned || card < 0)
+        return 0;
+    return tessera_config_mem_limit(&tessera.cfg, card);
 }
 
 int tessera_mem_card(void)
 {
     if (!tessera.any_mem_limit)
         return -1;
-    int card = tessera_current_card();
+    return tessera_mem_card_of_device(tessera_current_device());
+}
+
+int tessera_mem_card_of_device(CUdevice dev)
+{
+    if (!tessera.any_mem_limit || dev < 0)
+        return -1;
+    int card = tessera_card_of_device(dev);
     return tessera_mem_limited(card) ? card : -1;
 }
 
 CUresult tessera_mem_reserve(int card, uint64_t bytes)
 {
+    if (tessera.region_failed) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: %s", (unsigned long long)bytes, card, tessera.region_error);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (card == TESSERA_CARD_UNLISTED) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes: the current device is not one of the container's cards",
+             (unsigned long long)bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (tessera.cfg.poisoned || card >= TESSERA_MAX_CARDS) {
         TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: malformed limits", (unsigned long long)bytes, card);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -99,9 +120,18 @@ CUresult tessera_mem_reserve(int card, uint64_t bytes)
     uint64_t limit = tessera_config_mem_limit(&tessera.cfg, card);
     if (region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
         return CUDA_SUCCESS;
+    /* Before refusing: pools may have given memory back since they were last read. */
+    if (tessera_pools_try_settle() && region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
+        return CUDA_SUCCESS;
     TLOG(TLOG_INFO, "refusing %llu bytes on card %d: limit %llu reached", (unsigned long long)bytes, card,
          (unsigned long long)limit);
     return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void tessera_mem_force(int card, uint64_t bytes)
+{
+    if (card >= 0 && card < TESSERA_MAX_CARDS)
+        region_reserve(tessera.region, tessera_slot(), card, bytes, 0);
 }
 
 void tessera_mem_unreserve(int card, uint64_t bytes)
@@ -109,10 +139,27 @@ void tessera_mem_unreserve(int card, uint64_t bytes)
     region_release(tessera.region, tessera_slot(), card, bytes);
 }
 
+uint64_t tessera_current_ctx(void)
+{
+    CUcontext c = NULL;
+    if (!tessera_cuda.cuCtxGetCurrent || tessera_cuda.cuCtxGetCurrent(&c) != CUDA_SUCCESS)
+        return 0;
+    return (uint64_t)(uintptr_t)c;
+}
+
 void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t bytes)
 {
+    /* Synchronous allocations and arrays die with the context they were made in. */
+    bool owned = kind == MEM_PTR || kind == MEM_ARRAY || kind == MEM_MIPMAP;
+    struct mem_record rec = {.key = key, .bytes = bytes, .kind = kind, .card = card,
+                             .owner = owned ? tessera_current_ctx() : 0};
+    tessera_mem_track_full(&rec);
+}
+
+void tessera_mem_track_full(const struct mem_record *rec)
+{
     pthread_mutex_lock(&table_mu);
-    size_t i = table_find(key, kind);
+    size_t i = table_find(rec->key, rec->kind);
     if (i != SIZE_MAX) {
         /* The driver handed out a handle we still hold: its free escaped us. Keep the newer charge. */
         region_release(tessera.region, tessera_slot(), table[i].card, table[i].bytes);
@@ -122,15 +169,56 @@ void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t byte
         pthread_mutex_unlock(&table_mu);
         /* Without a record we could never release it: give the charge back now instead of leaking. */
         TLOG(TLOG_ERROR, "out of host memory for the allocation table; allocation left uncounted");
-        region_release(tessera.region, tessera_slot(), card, bytes);
+        region_release(tessera.region, tessera_slot(), rec->card, rec->bytes);
         return;
     }
-    size_t j = slot_of(key, kind, table_cap);
+    size_t j = slot_of(rec->key, rec->kind, table_cap);
     while (table[j].kind)
         j = (j + 1) & (table_cap - 1);
-    table[j] = (struct mem_record){.key = key, .bytes = bytes, .kind = kind, .card = card};
+    table[j] = *rec;
     table_len++;
     pthread_mutex_unlock(&table_mu);
+}
+
+/* Releases every record for which match() holds. */
+static void release_matching(bool (*match)(const struct mem_record *, uint64_t, int), uint64_t v, int kind)
+{
+    uint64_t freed = 0;
+    pthread_mutex_lock(&table_mu);
+    for (size_t i = 0; i < table_cap;) {
+        if (table[i].kind && match(&table[i], v, kind)) {
+            region_release(tessera.region, tessera_slot(), table[i].card, table[i].bytes);
+            freed += table[i].bytes;
+            table_delete(i); /* backward shift may move another record into i: look at i again */
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&table_mu);
+    if (freed)
+        TLOG(TLOG_DEBUG, "gave back %llu bytes of a destroyed context or graph", (unsigned long long)freed);
+}
+
+static bool owned_by(const struct mem_record *r, uint64_t ctx, int kind)
+{
+    (void)kind;
+    return r->owner == ctx;
+}
+
+static bool aux_is(const struct mem_record *r, uint64_t aux, int kind)
+{
+    return r->kind == kind && r->aux == aux;
+}
+
+void tessera_mem_release_owner(uint64_t ctx)
+{
+    if (ctx)
+        release_matching(owned_by, ctx, 0);
+}
+
+void tessera_mem_release_aux(enum mem_kind kind, uint64_t aux)
+{
+    release_matching(aux_is, aux, kind);
 }
 
 bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out)

@@ -11,17 +11,30 @@
 
 #include "tessera/cuda_abi.h"
 
-enum mem_kind { MEM_PTR = 1, MEM_VMM = 2, MEM_ARRAY = 3, MEM_MIPMAP = 4 };
+enum mem_kind {
+    MEM_PTR = 1,        /* cuMemAlloc/Managed/Pitch: owned by the context */
+    MEM_VMM = 2,        /* cuMemCreate handle */
+    MEM_ARRAY = 3,      /* owned by the context */
+    MEM_MIPMAP = 4,     /* owned by the context */
+    MEM_CTX = 5,        /* a context's own footprint (TESSERA_CONTEXT_RESERVE_MIB); key = owner = context */
+    MEM_CTX_LIMIT = 6,  /* a cuCtxSetLimit reservation; key = context + limit, owner = context */
+    MEM_GRAPH_NODE = 7, /* a graph memory node; key = its address, aux = its graph */
+    MEM_ASYNC = 8       /* a stream-ordered allocation: charged through its pool (aux), 0 bytes here */
+};
 
 struct mem_record {
     uint64_t key;
     uint64_t bytes;
     int32_t kind;
     int32_t card;
+    uint64_t owner;     /* the context whose destruction frees it, or 0 */
+    uint64_t aux;       /* MEM_GRAPH_NODE: graph; MEM_ASYNC: pool */
 };
 
 /* The card an allocation on the current context charges, or -1 when no memory limit applies. */
 int tessera_mem_card(void);
+/* The same for CUDA ordinal dev (a VMM location, a stream's device). */
+int tessera_mem_card_of_device(CUdevice dev);
 /* True when `card` is memory-limited (or the config is poisoned). */
 bool tessera_mem_limited(int card);
 /* The limit in bytes reported for card (0 when poisoned). */
@@ -29,13 +42,25 @@ uint64_t tessera_mem_limit(int card);
 /* CUDA_SUCCESS when bytes fit under the card's limit (and are now charged), else OUT_OF_MEMORY. */
 CUresult tessera_mem_reserve(int card, uint64_t bytes);
 void tessera_mem_unreserve(int card, uint64_t bytes);
+/* Charges bytes whatever the limit: memory the driver already holds (a pool that grew). */
+void tessera_mem_force(int card, uint64_t bytes);
 void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t bytes);
+/* As tessera_mem_track with the owner and aux fields given. */
+void tessera_mem_track_full(const struct mem_record *rec);
+/* Releases and forgets every record owned by ctx (a destroyed context). */
+void tessera_mem_release_owner(uint64_t ctx);
+/* Releases and forgets every record of kind whose aux is aux (a destroyed graph's nodes). */
+void tessera_mem_release_aux(enum mem_kind kind, uint64_t aux);
+/* The calling thread's current context as a number, 0 when none. */
+uint64_t tessera_current_ctx(void);
 /* Removes and returns the record of (kind, key); false when unknown. */
 bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out);
 /* Container-wide usage of card. */
 uint64_t tessera_mem_used(int card);
 /* Drops all records without touching the region (after fork). */
 void tessera_mem_forget_all(void);
+/* Drops the VMM mapping table (after fork). */
+void tessera_vmm_after_fork(void);
 
 /* Bytes an array of this shape occupies (the same formula the stub driver uses). */
 uint64_t tessera_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);
@@ -47,7 +72,7 @@ uint64_t tessera_mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
  */
 #define TESSERA_COUNTED_ALLOC(card, bytes, kind, call, handle)                        \
     do {                                                                           \
-        if ((card) < 0)                                                            \
+        if ((card) == -1)                                                          \
             return (call);                                                         \
         if (tessera_mem_reserve((card), (bytes)) != CUDA_SUCCESS)                  \
             return CUDA_ERROR_OUT_OF_MEMORY;                                       \

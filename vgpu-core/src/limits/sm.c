@@ -18,6 +18,7 @@
 
 struct sm_card {
     int limited;
+    int card;                        /* the container's card (cards.h): limits and region slot */
     unsigned limit;                  /* percent */
     unsigned sms;
     nvmlDevice_t nvml;
@@ -110,7 +111,7 @@ static int measure(struct sm_card *c, unsigned *ours, int *contended)
 static void control_card(int i)
 {
     struct sm_card *c = &sm.c[i];
-    struct region_card *rc = &tessera.region->cards[i];
+    struct region_card *rc = &tessera.region->cards[c->card];
     unsigned ours;
     int contended;
     if (!c->nvml || !measure(c, &ours, &contended))
@@ -144,7 +145,7 @@ static void *controller(void *arg)
         for (int i = 0; i < sm.ncards; i++) {
             if (!sm.c[i].limited)
                 continue;
-            struct region_card *rc = &tessera.region->cards[i];
+            struct region_card *rc = &tessera.region->cards[sm.c[i].card];
             uint64_t last = atomic_load(&rc->ctl_last_ns);
             /* One process of the container steers each card per period. */
             if (now - last < CTL_PERIOD_NS * 9 / 10 || !atomic_compare_exchange_strong(&rc->ctl_last_ns, &last, now))
@@ -168,7 +169,8 @@ void tessera_sm_setup(void)
     int have_nvml = tessera_nvml_load(), any = 0;
     for (int i = 0; i < sm.ncards; i++) {
         struct sm_card *c = &sm.c[i];
-        c->limit = tessera_config_sm_limit(&tessera.cfg, i);
+        c->card = tessera_card_of_device(i);
+        c->limit = c->card >= 0 ? tessera_config_sm_limit(&tessera.cfg, c->card) : 100;
         c->limited = c->limit < 100;
         int sms = 0;
         if (!tessera_cuda.cuDeviceGetAttribute ||
@@ -180,7 +182,7 @@ void tessera_sm_setup(void)
             continue;
         any = 1;
         char uuid[TESSERA_UUID_LEN];
-        const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, i);
+        const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, c->card);
         CUuuid raw;
         if (cfg_uuid)
             snprintf(uuid, sizeof uuid, "%s", cfg_uuid);
@@ -193,7 +195,7 @@ void tessera_sm_setup(void)
             c->nvml = NULL;
             TLOG(TLOG_ERROR, "card %d (%s): no NVML handle; SM limit runs open-loop", i, uuid);
         }
-        struct region_card *rc = &tessera.region->cards[i];
+        struct region_card *rc = &tessera.region->cards[c->card];
         uint64_t zero = 0;
         atomic_compare_exchange_strong(&rc->ns_per_wave, &zero, DEFAULT_WAVE_NS * 100 / c->limit);
         if (tessera.cfg.qos == QOS_FIXED_SHARE)
@@ -225,10 +227,10 @@ void tessera_sm_admit(uint64_t blocks)
         if (!atomic_load(&sm.ready))
             return;
     }
-    int card = sm.ncards == 1 ? 0 : tessera_current_card();
+    int card = sm.ncards == 1 ? 0 : tessera_current_device();
     if (card < 0 || card >= sm.ncards || !sm.c[card].limited)
         return;
-    struct region_card *rc = &tessera.region->cards[card];
+    struct region_card *rc = &tessera.region->cards[sm.c[card].card];
     if (!atomic_load_explicit(&rc->capped, memory_order_relaxed))
         return;
     uint64_t waves = (blocks + sm.c[card].sms - 1) / sm.c[card].sms;

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -11,51 +10,29 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "owner.h"
 
 static uint64_t sat_sub(uint64_t a, uint64_t b)
 {
     return a > b ? a - b : 0;
 }
 
-/* Field 22 of /proc/<pid>/stat; 0 when the process is gone or unreadable. */
-static uint64_t proc_start_time(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    /* The command name may contain spaces and parentheses: fields count from the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    unsigned long long v = 0;
-    int field = 2;
-    char *s = p + 1;
-    while (*s && field < 22) {
-        if (*s == ' ')
-            field++;
-        s++;
-    }
-    if (sscanf(s, "%llu", &v) != 1)
-        return 0;
-    return v;
-}
-
 static bool proc_alive(const struct region_proc *p)
 {
-    if (p->pid <= 0)
-        return false;
-    if (kill(p->pid, 0) != 0 && errno == ESRCH)
-        return false;
-    uint64_t st = proc_start_time(p->pid);
-    /* Unreadable /proc (hidepid) keeps the slot: never reclaim memory of a process that may live. */
-    return st == 0 || st == p->start_time;
+    struct owner_id id = {p->pid, p->start_time, p->marker_fd, p->marker_ino};
+    return owner_alive(&id);
+}
+
+/* Under the lock: gives a slot's usage back and frees it. */
+static void release_slot(struct region *r, int i, const char *why)
+{
+    struct region_proc *p = &r->procs[i];
+    for (int c = 0; c < TESSERA_MAX_CARDS; c++) {
+        r->reclaimed_bytes += p->used[c];
+        r->cards[c].used_bytes = sat_sub(r->cards[c].used_bytes, p->used[c]);
+    }
+    TLOG(TLOG_INFO, "reclaimed slot %d of pid %d: %s", i, p->pid, why);
+    memset(p, 0, sizeof *p);
 }
 
 /* Under the lock: frees slots of dead processes and rebuilds card totals from the live slots. */
@@ -67,10 +44,7 @@ static void reclaim_dead(struct region *r)
         if (p->pid == 0)
             continue;
         if (!proc_alive(p)) {
-            for (int c = 0; c < TESSERA_MAX_CARDS; c++)
-                r->reclaimed_bytes += p->used[c];
-            TLOG(TLOG_INFO, "reclaimed slot %d of dead pid %d", i, p->pid);
-            memset(p, 0, sizeof *p);
+            release_slot(r, i, "process exited, is a zombie, or exec'd");
             continue;
         }
         for (int c = 0; c < TESSERA_MAX_CARDS; c++)
@@ -114,7 +88,7 @@ static void region_init_fresh(struct region *r, bool pshared)
     __atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
 }
 
-static struct region *region_private(void)
+struct region *region_private(void)
 {
     void *m = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -123,55 +97,69 @@ static struct region *region_private(void)
     return m;
 }
 
-struct region *region_open(const char *path)
+/* Maps the region file at fd, initialising it when new; NULL with errno set on failure. */
+static struct region *region_map(int fd, const char *path)
+{
+    struct region *r = NULL;
+    /* lseek, not fstat: fstat is a GLIBC_2.33 symbol and the library must load on glibc 2.17. */
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size < 0 || (size < (off_t)sizeof *r && ftruncate(fd, sizeof *r) != 0))
+        return NULL;
+    void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    r = m;
+    if (r->magic != REGION_MAGIC) {
+        fchmod(fd, 0666); /* processes of one container may run as different users */
+        region_init_fresh(r, true);
+    } else if (r->version != REGION_VERSION || r->size != sizeof *r) {
+        TLOG(TLOG_ERROR, "shared region %s has layout version %u size %u, this library needs %u/%zu", path,
+             r->version, r->size, REGION_VERSION, sizeof *r);
+        munmap(r, sizeof *r);
+        errno = EPROTO;
+        return NULL;
+    }
+    return r;
+}
+
+struct region *region_open(const char *path, int *err)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
-        TLOG(TLOG_ERROR, "cannot open shared region %s (%s): limits apply per process only", path,
-             strerror(errno));
-        return region_private();
+        *err = errno;
+        return NULL;
     }
     /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
     flock(fd, LOCK_EX);
-    struct stat st;
-    struct region *r = NULL;
-    if (fstat(fd, &st) == 0 && (st.st_size >= (off_t)sizeof *r || ftruncate(fd, sizeof *r) == 0)) {
-        void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m != MAP_FAILED)
-            r = m;
-    }
-    if (r && r->magic != REGION_MAGIC) {
-        fchmod(fd, 0666); /* processes of one container may run as different users */
-        region_init_fresh(r, true);
-    } else if (r && (r->version != REGION_VERSION || r->size != sizeof *r)) {
-        TLOG(TLOG_ERROR, "shared region %s has version %u size %u, want %u/%zu: limits apply per process only",
-             path, r->version, r->size, REGION_VERSION, sizeof *r);
-        munmap(r, sizeof *r);
-        r = NULL;
-    }
+    struct region *r = region_map(fd, path);
+    *err = r ? 0 : errno;
     flock(fd, LOCK_UN);
     close(fd);
-    if (!r) {
-        TLOG(TLOG_ERROR, "cannot map shared region %s: limits apply per process only", path);
-        return region_private();
-    }
     return r;
 }
 
 int region_register(struct region *r)
 {
-    int pid = getpid();
-    uint64_t st = proc_start_time(pid);
+    struct owner_id me;
+    owner_self(&me);
     region_lock(r);
     reclaim_dead(r);
     int slot = -1;
-    for (int i = 0; i < REGION_MAX_PROCS && slot < 0; i++)
-        if (r->procs[i].pid == 0)
+    for (int i = 0; i < REGION_MAX_PROCS; i++) {
+        struct region_proc *p = &r->procs[i];
+        /* Our pid and start time in a slot: an earlier image of this process, before an exec. */
+        if (p->pid == me.pid && p->start_time == me.start_time)
+            release_slot(r, i, "an earlier program image of this process (exec)");
+        if (p->pid == 0 && slot < 0)
             slot = i;
+    }
     if (slot >= 0) {
-        memset(&r->procs[slot], 0, sizeof r->procs[slot]);
-        r->procs[slot].pid = pid;
-        r->procs[slot].start_time = st;
+        struct region_proc *p = &r->procs[slot];
+        memset(p, 0, sizeof *p);
+        p->pid = me.pid;
+        p->start_time = me.start_time;
+        p->marker_fd = me.marker_fd;
+        p->marker_ino = me.marker_ino;
     }
     region_unlock(r);
     if (slot < 0)

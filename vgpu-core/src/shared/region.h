@@ -14,7 +14,7 @@
 #include "../common/config.h"
 
 #define REGION_MAGIC 0x5445535345524131ULL /* "TESSERA1" */
-#define REGION_VERSION 1
+#define REGION_VERSION 2 /* 2: exec marker in each slot */
 #define REGION_MAX_PROCS 1024
 
 struct region_card {
@@ -33,6 +33,10 @@ struct region_proc {
     uint32_t pad;
     uint64_t start_time;               /* /proc/<pid>/stat starttime: detects pid reuse */
     uint64_t used[TESSERA_MAX_CARDS];
+    /* Added in version 2, at the end: the owner's exec marker (see owner.h). */
+    int32_t marker_fd;
+    uint32_t pad2;
+    uint64_t marker_ino;
 };
 
 struct region {
@@ -45,8 +49,13 @@ struct region {
     struct region_proc procs[REGION_MAX_PROCS];
 };
 
-/* Maps (creating if needed) the region at path; falls back to a private region on failure. */
-struct region *region_open(const char *path);
+/*
+ * Maps (creating if needed) the region at path. NULL on failure with *err set to the errno
+ * (EPROTO for a region of another layout version); the caller decides how to fail.
+ */
+struct region *region_open(const char *path, int *err);
+/* A region private to this process (anonymous memory); NULL when even that cannot be mapped. */
+struct region *region_private(void);
 /* Claims this process's slot (again after fork). Returns the slot index or -1 when full. */
 int region_register(struct region *r);
 /*

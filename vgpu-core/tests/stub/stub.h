@@ -8,6 +8,8 @@
  *   TESSERA_STUB_SMS          comma list or single value, SMs per card (default 80)
  *   TESSERA_STUB_QUEUE_MS     launches block while more than this much work is queued (default 20)
  *   TESSERA_STUB_UTIL_MS      NVML utilisation sample window (default 100)
+ *   CUDA_VISIBLE_DEVICES      read like the real driver (tests/stub/stub_visible.c): indices or UUIDs select
+ *                             and order the cards seen as ordinals; NVML keeps physical indices
  *   TESSERA_STUB_FOREIGN      file with one "processes utilisation%" line per card, re-read on every
  *                             NVML query: simulates other containers on the card
  * Kernels: cuModuleGetFunction(&f, mod, "sleep_<N>us") makes a kernel whose every block runs N µs on

@@ -11,9 +11,10 @@
 #include <time.h>
 
 #include "stub.h"
+#include "stub_internal.h"
 #include "tessera/cuda_abi.h"
 
-#define API __attribute__((visibility("default")))
+
 #define MAX_DEV 16
 #define RING 16384
 
@@ -33,10 +34,7 @@ struct dev {
 struct alloc {
     uint64_t key, size;
     int kind, dev;
-};
-
-struct ctx {
-    int dev;
+    const void *owner;   /* the context whose destruction frees it (synchronous allocations, arrays) */
 };
 
 struct func {
@@ -46,6 +44,7 @@ struct func {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int ndev, initialised;
+static int nvis, vis[MAX_DEV]; /* ordinal -> physical card (CUDA_VISIBLE_DEVICES) */
 static struct dev devs[MAX_DEV];
 static struct ctx primary[MAX_DEV];
 static struct alloc *allocs;
@@ -53,6 +52,72 @@ static size_t nallocs, cap_allocs;
 static uint64_t next_addr = 0x7f0000000000ULL;
 static uint64_t queue_ns;
 static __thread struct ctx *current;
+
+static CUresult give(uint64_t key, int kind);
+
+struct ctx *stub_current(void)
+{
+    return current;
+}
+
+void stub_set_current(struct ctx *c)
+{
+    current = c;
+}
+
+struct ctx *stub_primary(int phys_dev)
+{
+    return &primary[phys_dev];
+}
+
+void stub_lock(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+void stub_unlock(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+/* Under the lock: adds (or with a negative delta removes) physical memory in use on a card. */
+void stub_charge(int dev, int64_t delta)
+{
+    devs[dev].used = (uint64_t)((int64_t)devs[dev].used + delta);
+}
+
+uint64_t stub_free_bytes(int dev)
+{
+    return devs[dev].total - devs[dev].used;
+}
+
+unsigned stub_sms(int dev)
+{
+    return devs[dev].sms;
+}
+
+void tessera_stub_mark_ctx(int dev)
+{
+    devs[dev].has_ctx = 1;
+}
+
+CUresult stub_release_vmm(uint64_t handle)
+{
+    return give(handle, 2);
+}
+
+/* Under the lock: frees everything a destroyed context owned. */
+void stub_free_owned(const void *owner)
+{
+    for (size_t i = 0; i < nallocs;) {
+        if (allocs[i].owner == owner) {
+            devs[allocs[i].dev].used -= allocs[i].size;
+            allocs[i] = allocs[--nallocs];
+        } else {
+            i++;
+        }
+    }
+}
 
 static uint64_t now_ns(void)
 {
@@ -88,7 +153,11 @@ static void setup(void)
         if (!devs[i].sms)
             devs[i].sms = 1;
         primary[i].dev = i;
+        primary[i].primary = 1;
     }
+    nvis = stub_visible_cards(ndev, vis);
+    for (int o = 0; o < nvis; o++)
+        primary[vis[o]].ordinal = o;
     queue_ns = env_list("TESSERA_STUB_QUEUE_MS", 0, 20) * 1000000ULL;
 }
 
@@ -96,6 +165,22 @@ static int ready(void)
 {
     pthread_once(&once, setup);
     return initialised;
+}
+
+/* The physical card of an ordinal, or -1. */
+static int phys(CUdevice d)
+{
+    return d >= 0 && d < nvis ? vis[d] : -1;
+}
+
+int stub_initialised(void)
+{
+    return ready();
+}
+
+int stub_phys(CUdevice d)
+{
+    return phys(d);
 }
 
 #define NEED_INIT()                          \
@@ -116,6 +201,8 @@ API CUresult cuInit(unsigned int flags)
     if (flags)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&once, setup);
+    if (nvis == 0)
+        return CUDA_ERROR_NO_DEVICE; /* as the driver does when CUDA_VISIBLE_DEVICES hides every card */
     initialised = 1;
     return CUDA_SUCCESS;
 }
@@ -129,14 +216,14 @@ API CUresult cuDriverGetVersion(int *v)
 API CUresult cuDeviceGetCount(int *n)
 {
     NEED_INIT();
-    *n = ndev;
+    *n = nvis;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
     NEED_INIT();
-    if (ordinal < 0 || ordinal >= ndev)
+    if (phys(ordinal) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
     return CUDA_SUCCESS;
@@ -145,23 +232,27 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
+    if (a == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) {
+        *v = 2048;
+        return CUDA_SUCCESS;
+    }
     if (a != CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         return CUDA_ERROR_INVALID_VALUE;
-    *v = (int)devs[d].sms;
+    *v = (int)devs[phys(d)].sms;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     static const unsigned char prefix[4] = {0x7e, 0x55, 0xe7, 0xa0};
     memset(u, 0, sizeof *u);
     memcpy(u->bytes, prefix, 4);
-    u->bytes[15] = (char)d;
+    u->bytes[15] = (char)phys(d);
     return CUDA_SUCCESS;
 }
 
@@ -173,29 +264,10 @@ API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
     NEED_INIT();
-    if (d < 0 || d >= ndev)
+    if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = devs[d].total;
+    *bytes = devs[phys(d)].total;
     return CUDA_SUCCESS;
-}
-
-API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
-{
-    NEED_INIT();
-    if (d < 0 || d >= ndev)
-        return CUDA_ERROR_INVALID_DEVICE;
-    devs[d].has_ctx = 1;
-    *c = (CUcontext)&primary[d];
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
-{
-    (void)flags;
-    CUresult rc = cuDevicePrimaryCtxRetain(c, d);
-    if (rc == CUDA_SUCCESS)
-        current = (struct ctx *)*c;
-    return rc;
 }
 
 API CUresult cuCtxSetCurrent(CUcontext c)
@@ -215,7 +287,7 @@ API CUresult cuCtxGetCurrent(CUcontext *c)
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
     NEED_CTX();
-    *d = current->dev;
+    *d = current->ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -231,7 +303,7 @@ API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 }
 
 /* Charges size to dev and returns a fresh handle; OUT_OF_MEMORY when the card is full. */
-static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
+CUresult stub_take(int dev, uint64_t size, int kind, unsigned long long *key, const void *owner)
 {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -253,10 +325,16 @@ static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
     }
     *key = next_addr;
     next_addr += (size + 511) & ~511ULL;
-    allocs[nallocs++] = (struct alloc){*key, size, kind, dev};
+    allocs[nallocs++] = (struct alloc){*key, size, kind, dev, owner};
     v->used += size;
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
+}
+
+/* Synchronous allocations and arrays belong to the context that made them. */
+static CUresult take(int dev, uint64_t size, int kind, unsigned long long *key)
+{
+    return stub_take(dev, size, kind, key, current);
 }
 
 static CUresult give(uint64_t key, int kind)
@@ -302,56 +380,13 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
     return give(p, 1);
 }
 
-API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
-{
-    (void)s;
-    NEED_CTX();
-    return take(current->dev, size, 1, p);
-}
-
-API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
-{
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
-{
-    (void)pool;
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s)
-{
-    (void)pool;
-    return cuMemAllocAsync(p, size, s);
-}
-
-API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
-{
-    (void)s;
-    return cuMemFree_v2(p);
-}
-
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
-{
-    (void)s;
-    return cuMemFree_v2(p);
-}
-
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
                          unsigned long long flags)
 {
     NEED_INIT();
-    if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-        prop->location.id >= ndev)
+    if (!prop || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || phys(prop->location.id) < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return take(prop->location.id, size, 2, h);
-}
-
-API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    NEED_INIT();
-    return give(h, 2);
+    return take(phys(prop->location.id), size, 2, h);
 }
 
 static uint64_t fmt_bytes(CUarray_format f)
@@ -540,6 +575,7 @@ API CUresult cuCtxSynchronize(void)
     NEED_CTX();
     pthread_mutex_lock(&mu);
     uint64_t until = devs[current->dev].busy_until, now = now_ns();
+    stub_pools_trim(current->dev); /* a synchronisation point: pools give back memory over their threshold */
     pthread_mutex_unlock(&mu);
     if (until > now)
         sleep_ns(until - now);
@@ -548,8 +584,15 @@ API CUresult cuCtxSynchronize(void)
 
 API CUresult cuStreamSynchronize(CUstream s)
 {
-    (void)s;
-    return cuCtxSynchronize();
+    CUcontext c;
+    CUresult rc = cuStreamGetCtx(s, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct ctx *saved = current;
+    current = (struct ctx *)c;
+    rc = cuCtxSynchronize();
+    current = saved;
+    return rc;
 }
 
 /* cuGetProcAddress resolves a base name to the variant the caller's CUDA version expects. */

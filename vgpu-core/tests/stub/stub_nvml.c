@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "stub.h"
+#include "stub_internal.h"
 #include "tessera/nvml_abi.h"
 
 #define API __attribute__((visibility("default")))
@@ -98,7 +99,7 @@ API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (len < 41)
         return NVML_ERROR_INSUFFICIENT_SIZE;
-    snprintf(buf, len, "GPU-7e55e7a0-0000-0000-0000-0000000000%02x", i);
+    stub_uuid_string(i, buf, len);
     return NVML_SUCCESS;
 }
 

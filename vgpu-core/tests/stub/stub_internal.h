@@ -1,0 +1,56 @@
+/* Shared between the stub driver's source files; not part of any NVIDIA ABI. */
+#ifndef TESSERA_STUB_INTERNAL_H
+#define TESSERA_STUB_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/cuda_abi.h"
+
+#define API __attribute__((visibility("default")))
+
+struct ctx {
+    int dev;          /* physical card */
+    int ordinal;      /* what cuCtxGetDevice reports: the card's place in CUDA_VISIBLE_DEVICES */
+    int primary;      /* the device's primary context (retained/released/reset, never destroyed) */
+    int refs, active; /* primary only: retain count; whether it exists on the card */
+    uint64_t footprint;      /* card memory the context itself takes (TESSERA_STUB_CTX_MIB) */
+    uint64_t limit_bytes[3]; /* what cuCtxSetLimit reserved, per CUlimit */
+};
+
+/* The UUID string of physical card phys ("GPU-7e55e7a0-…-0000000000<phys in hex>"). */
+void stub_uuid_string(int phys, char *buf, size_t len);
+/* Fills vis[ordinal] = physical card from CUDA_VISIBLE_DEVICES; returns the number of ordinals. */
+int stub_visible_cards(int ndev, int vis[]);
+
+/* stub_cuda.c: the cards, their memory and the calling thread's context. */
+int stub_phys(CUdevice ordinal);
+int stub_initialised(void);
+struct ctx *stub_current(void);
+void stub_set_current(struct ctx *c);
+struct ctx *stub_primary(int phys_dev);
+void stub_lock(void);
+void stub_unlock(void);
+void stub_charge(int dev, int64_t delta);              /* under the lock */
+uint64_t stub_free_bytes(int dev);                     /* under the lock */
+unsigned stub_sms(int dev);
+void stub_free_owned(const void *owner);               /* under the lock */
+CUresult stub_take(int dev, uint64_t size, int kind, unsigned long long *key, const void *owner);
+CUresult stub_release_vmm(uint64_t handle);
+void tessera_stub_mark_ctx(int dev);
+API CUresult cuMemFree_v2(CUdeviceptr p);
+
+/* stub_lifecycle.c: contexts, streams, pools, VMM mappings, graph memory nodes. */
+void stub_pools_trim(int dev);                         /* under the lock: a synchronisation point */
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
+API CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d);
+API CUresult cuStreamGetCtx(CUstream s, CUcontext *c);
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s);
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s);
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+
+#endif
