@@ -28,15 +28,11 @@ import (
 //     made where the plugin sits in the first tier (config/volcano-scheduler.conf).
 
 // evictable is who may be evicted for a task: tasks of other queues above their card
-// share (reclaim), or of the same queue at a lower priority (preempt).
+// share (reclaim), or of the same queue at a lower priority (preempt), and in either
+// case only members their job can spare (gangSpare).
 func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskInfo) bool {
 	tj, vj := ssn.Jobs[task.Job], ssn.Jobs[victim.Job]
-	if tj == nil || vj == nil || !victim.Preemptable {
-		return false
-	}
-	// A gang keeps its minimum: only members beyond it are offered (the shipped conf
-	// turns gang's own check off for preempt). A job of one member goes whole.
-	if vj.MinAvailable > 1 && vj.ReadyTaskNum() <= vj.MinAvailable {
+	if tj == nil || vj == nil || !victim.Preemptable || gangSpare(vj, tj.Queue != vj.Queue) <= 0 {
 		return false
 	}
 	if tj.Queue == vj.Queue {
@@ -46,6 +42,18 @@ func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskIn
 		return false
 	}
 	return p.shares != nil && p.shares.aboveShare(vj.Queue)
+}
+
+// gangSpare is how many of a job's running members may be evicted. Under reclaim
+// Volcano's gang plugin keeps every job's minAvailable (a one-member job is never
+// reclaimed); under preempt the shipped conf turns gang's check off, and the plugin
+// keeps a gang's minimum itself while a one-member job may be preempted whole.
+func gangSpare(job *vapi.JobInfo, reclaim bool) int32 {
+	ready := job.ReadyTaskNum()
+	if !reclaim && job.MinAvailable <= 1 {
+		return ready
+	}
+	return ready - job.MinAvailable
 }
 
 // preemptive lets a queue reclaim cards for a vGPU task only while it is below its
@@ -135,12 +143,43 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 	if !ok {
 		return nil, util.Permit
 	}
-	set := p.pickVictims(ssn, evictor, tr, node, candidates)
+	set := p.pickVictims(ssn, evictor, tr, node, gangAdmitted(ssn, evictor, candidates))
 	if len(set) == 0 {
 		klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
 			"node", node.Name, "candidates", len(candidates))
 	}
 	return set, util.Permit
+}
+
+// gangAdmitted keeps, of the candidates Volcano offers for reclaim, those its gang
+// plugin offers too: per job, the first members in the offered order beyond the
+// job's minimum. Volcano intersects the victims of the plugins in a tier, so a
+// victim gang would refuse must not be chosen. Preempt candidates pass unchanged.
+func gangAdmitted(ssn *framework.Session, evictor *vapi.TaskInfo, candidates []*vapi.TaskInfo) []*vapi.TaskInfo {
+	ej := ssn.Jobs[evictor.Job]
+	if ej == nil {
+		return candidates
+	}
+	left := map[vapi.JobID]int32{}
+	var out []*vapi.TaskInfo
+	for _, c := range candidates {
+		job := ssn.Jobs[c.Job]
+		if job == nil {
+			continue
+		}
+		if job.Queue == ej.Queue {
+			out = append(out, c)
+			continue
+		}
+		if _, seen := left[job.UID]; !seen {
+			left[job.UID] = gangSpare(job, true)
+		}
+		if left[job.UID] > 0 {
+			left[job.UID]--
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // pickVictims returns the fewest candidates whose cards, freed, make the evictor fit
@@ -186,13 +225,11 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 	}
 	var set []*vapi.TaskInfo
 	spare := map[vapi.JobID]int32{}
+	reclaim := ssn.Jobs[evictor.Job] != nil
 	for _, h := range useful {
 		job := ssn.Jobs[h.t.Job]
 		if _, seen := spare[job.UID]; !seen {
-			spare[job.UID] = job.ReadyTaskNum() - job.MinAvailable
-			if job.MinAvailable <= 1 {
-				spare[job.UID] = job.ReadyTaskNum()
-			}
+			spare[job.UID] = gangSpare(job, reclaim && ssn.Jobs[evictor.Job].Queue != job.Queue)
 		}
 		if spare[job.UID] <= 0 {
 			continue // its gang has no more members above its minimum
