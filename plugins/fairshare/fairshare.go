@@ -59,62 +59,103 @@ type Claim struct {
 	Request Amount
 	// Capability caps what the queue may hold; Unlimited when the queue sets none.
 	Capability Amount
+	// Guarantee is what the queue deserves whatever its weight, as far as it asks
+	// for it (zero when the queue sets none). When the guarantees together exceed
+	// the total, each gets the same fraction of its own.
+	Guarantee Amount
 }
 
 // Divide returns what each claim deserves of total, in claim order: in each
-// dimension independently, weighted max-min fairness. A queue that asks for less
-// than its weighted part gets what it asks; what it leaves is shared among the
-// others by weight, until every queue is satisfied or the total is spent. No queue
-// deserves more than its request or its capability.
+// dimension independently, weighted max-min fairness above the guarantees. A queue
+// that asks for less than its weighted part gets what it asks; what it leaves is
+// shared among the others by weight, until every queue is satisfied or the total is
+// spent. No queue deserves more than its request or its capability, nor less than
+// its guarantee (within its request).
 func Divide(total Amount, claims []Claim) []Amount {
 	out := make([]Amount, len(claims))
-	mem := make([]float64, len(claims))
-	cores := make([]float64, len(claims))
-	weights := make([]float64, len(claims))
+	n := len(claims)
+	mem, cores := make([]float64, n), make([]float64, n)
+	memFloor, coresFloor := make([]float64, n), make([]float64, n)
+	weights := make([]float64, n)
 	for i, c := range claims {
 		weights[i] = math.Max(0, c.Weight)
 		mem[i] = math.Max(0, math.Min(c.Request.MemoryMiB, c.Capability.MemoryMiB))
 		cores[i] = math.Max(0, math.Min(c.Request.Cores, c.Capability.Cores))
+		memFloor[i] = math.Max(0, math.Min(c.Guarantee.MemoryMiB, mem[i]))
+		coresFloor[i] = math.Max(0, math.Min(c.Guarantee.Cores, cores[i]))
 	}
-	mem = waterFill(math.Max(0, total.MemoryMiB), weights, mem)
-	cores = waterFill(math.Max(0, total.Cores), weights, cores)
+	mem = waterFill(math.Max(0, total.MemoryMiB), weights, mem, memFloor)
+	cores = waterFill(math.Max(0, total.Cores), weights, cores, coresFloor)
 	for i := range out {
 		out[i] = Amount{MemoryMiB: mem[i], Cores: cores[i]}
 	}
 	return out
 }
 
-// waterFill shares total among demands by weight: the level λ rises until each
-// demand is met or the total runs out, demand i receiving min(demand, weight·λ).
-func waterFill(total float64, weights, demand []float64) []float64 {
+// waterFill shares total among demands by weight above each demand's floor (floor ≤
+// demand): the level λ rises until the total is spent, demand i receiving
+// max(floor, min(demand, weight·λ)). Each share is piecewise linear in λ, so the
+// level is found exactly on the segment between two breakpoints where the sum
+// crosses the total.
+func waterFill(total float64, weights, demand, floor []float64) []float64 {
 	got := make([]float64, len(demand))
-	var order []int
+	sumFloor := 0.0
+	for _, f := range floor {
+		sumFloor += f
+	}
+	if sumFloor >= total {
+		// The guarantees alone spend the total: each gets the same fraction.
+		for i, f := range floor {
+			if sumFloor > 0 {
+				got[i] = f * total / sumFloor
+			}
+		}
+		return got
+	}
+	share := func(i int, level float64) float64 {
+		if weights[i] == 0 {
+			return floor[i]
+		}
+		return math.Max(floor[i], math.Min(demand[i], weights[i]*level))
+	}
+	var breaks []float64
 	for i := range demand {
-		if weights[i] > 0 && demand[i] > 0 {
-			order = append(order, i)
+		if weights[i] > 0 {
+			breaks = append(breaks, floor[i]/weights[i], demand[i]/weights[i])
 		}
 	}
-	// Serve the queues whose demand is smallest relative to their weight first:
-	// if one is satisfied below the current level, so is every one before it.
-	sort.SliceStable(order, func(a, b int) bool {
-		return demand[order[a]]/weights[order[a]] < demand[order[b]]/weights[order[b]]
-	})
-	left, weight := total, 0.0
-	for _, i := range order {
-		weight += weights[i]
+	sort.Float64s(breaks)
+	sum := func(level float64) float64 {
+		s := 0.0
+		for i := range demand {
+			s += share(i, level)
+		}
+		return s
 	}
-	for k, i := range order {
-		level := left / weight
-		if demand[i] <= weights[i]*level {
-			got[i] = demand[i]
-			left -= demand[i]
-			weight -= weights[i]
+	level := math.Inf(1)
+	low := 0.0
+	for _, b := range breaks {
+		if sum(b) < total {
+			low = b
 			continue
 		}
-		for _, j := range order[k:] {
-			got[j] = weights[j] * level
+		// Between low and b each share is constant or weight·λ: solve for λ.
+		mid, fixed, slope := (low+b)/2, 0.0, 0.0
+		for i := range demand {
+			if weights[i] > 0 && weights[i]*mid > floor[i] && weights[i]*mid < demand[i] {
+				slope += weights[i]
+			} else {
+				fixed += share(i, mid)
+			}
+		}
+		level = b
+		if slope > 0 {
+			level = (total - fixed) / slope
 		}
 		break
+	}
+	for i := range demand {
+		got[i] = share(i, level)
 	}
 	return got
 }

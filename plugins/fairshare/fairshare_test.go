@@ -12,6 +12,11 @@ func claim(w, mem, cores float64) Claim {
 	return Claim{Weight: w, Request: Amount{MemoryMiB: mem, Cores: cores}, Capability: Unlimited}
 }
 
+func guaranteed(c Claim, mem, cores float64) Claim {
+	c.Guarantee = Amount{MemoryMiB: mem, Cores: cores}
+	return c
+}
+
 func TestDivide(t *testing.T) {
 	total := Amount{MemoryMiB: 1000, Cores: 400}
 	tests := []struct {
@@ -34,6 +39,20 @@ func TestDivide(t *testing.T) {
 			[]Amount{{0, 0}, {200, 100}}},
 		{"three queues, one satisfied early", []Claim{claim(1, 1000, 400), claim(1, 1000, 400), claim(2, 100, 0)},
 			[]Amount{{450, 200}, {450, 200}, {100, 0}}},
+		{"a guarantee above the weighted part is kept; the rest goes by weight", []Claim{
+			guaranteed(claim(1, 1000, 400), 600, 200), claim(3, 1000, 400)},
+			[]Amount{{600, 200}, {400, 200}}},
+		{"a guarantee below the weighted part changes nothing", []Claim{
+			guaranteed(claim(1, 1000, 400), 100, 50), claim(1, 1000, 400)},
+			[]Amount{{500, 200}, {500, 200}}},
+		{"a guarantee counts only as far as the queue asks", []Claim{
+			guaranteed(claim(1, 300, 100), 800, 300), claim(1, 1000, 400)},
+			[]Amount{{300, 100}, {700, 300}}},
+		{"guarantees beyond the total are cut in proportion", []Claim{
+			guaranteed(claim(1, 1000, 400), 600, 300), guaranteed(claim(1, 1000, 400), 900, 300)},
+			[]Amount{{400, 200}, {600, 200}}},
+		{"weight 0 keeps its guarantee", []Claim{guaranteed(claim(0, 500, 100), 200, 40), claim(1, 1000, 400)},
+			[]Amount{{200, 40}, {800, 360}}},
 		{"no claims", nil, []Amount{}},
 	}
 	for _, tt := range tests {
@@ -99,6 +118,47 @@ func TestDivideProperties(t *testing.T) {
 			if want := math.Min(demand, d.supply); sum < want-1e-6 {
 				t.Fatalf("round %d %s: handed out %v, want %v (demand %v, supply %v)", round, d.name, sum, want, demand, d.supply)
 			}
+		}
+	}
+}
+
+// TestDivideGuarantees checks, over random claims with guarantees, that a queue gets
+// at least its guarantee (within its request, and in proportion when the guarantees
+// exceed the total), never more than its request, capability or the total, and that
+// the total is handed out when demand exceeds it.
+func TestDivideGuarantees(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	for round := 0; round < 2000; round++ {
+		total := float64(r.Intn(3200))
+		claims := make([]Claim, 1+r.Intn(6))
+		floor, demand := make([]float64, len(claims)), make([]float64, len(claims))
+		sumFloor, sumDemand := 0.0, 0.0
+		for i := range claims {
+			claims[i] = guaranteed(claim(float64(r.Intn(5)), 0, float64(r.Intn(2000))), 0, float64(r.Intn(1000)))
+			demand[i] = claims[i].Request.Cores
+			if claims[i].Weight > 0 {
+				sumDemand += demand[i]
+			} else {
+				sumDemand += math.Min(claims[i].Guarantee.Cores, demand[i])
+			}
+			floor[i] = math.Min(claims[i].Guarantee.Cores, demand[i])
+			sumFloor += floor[i]
+		}
+		got := Divide(Amount{Cores: total}, claims)
+		sum := 0.0
+		for i, g := range got {
+			sum += g.Cores
+			want := floor[i]
+			if sumFloor > total {
+				want = floor[i] * total / sumFloor
+			}
+			if g.Cores < want-1e-6 || g.Cores > demand[i]+1e-6 {
+				t.Fatalf("round %d: claim %d (weight %v, guarantee %v, request %v) got %v of %v", round, i, claims[i].Weight,
+					claims[i].Guarantee.Cores, demand[i], g.Cores, total)
+			}
+		}
+		if sum > total+1e-6 || sum < math.Min(total, sumDemand)-1e-6 {
+			t.Fatalf("round %d: handed out %v of %v (demand %v)", round, sum, total, sumDemand)
 		}
 	}
 }

@@ -38,9 +38,12 @@ type queueShare struct {
 	name       string
 	weight     int32
 	capability fairshare.Amount
-	request    fairshare.Amount
-	allocated  fairshare.Amount
-	deserved   fairshare.Amount
+	// guarantee is the card memory and cores the queue deserves whatever its weight
+	// (its Queue's spec.guarantee.resource), as far as it asks for them.
+	guarantee fairshare.Amount
+	request   fairshare.Amount
+	allocated fairshare.Amount
+	deserved  fairshare.Amount
 	// minAsk is the cost of the queue's smallest pending vGPU task at session open
 	// (zero when none is pending): a share smaller than it cannot be used.
 	minAsk fairshare.Amount
@@ -142,6 +145,12 @@ func (s *queueShares) queue(q *vapi.QueueInfo, args Args) *queueShare {
 		if v, ok := q.Queue.Spec.Capability[args.Resources.Cores]; ok {
 			qs.capability.Cores = float64(v.Value())
 		}
+		if v, ok := q.Queue.Spec.Guarantee.Resource[args.Resources.Memory]; ok {
+			qs.guarantee.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := q.Queue.Spec.Guarantee.Resource[args.Resources.Cores]; ok {
+			qs.guarantee.Cores = float64(v.Value())
+		}
 	}
 	s.queues[q.UID] = qs
 	s.order = append(s.order, q.UID)
@@ -154,7 +163,7 @@ func (s *queueShares) divide() {
 	claims := make([]fairshare.Claim, len(s.order))
 	for i, id := range s.order {
 		q := s.queues[id]
-		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: q.request, Capability: q.capability}
+		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: q.request, Capability: q.capability, Guarantee: q.guarantee}
 	}
 	for i, d := range fairshare.Divide(s.total, claims) {
 		s.queues[s.order[i]].deserved = d

@@ -76,6 +76,20 @@ func TestQueuesShareCardsByWeight(t *testing.T) {
 	}
 }
 
+// TestQueueGuaranteeHoldsAboveItsWeight: a queue's spec.guarantee.resource for card
+// cores is a floor under its weighted share. light (weight 1 of 4) is guaranteed 400
+// of the 800 cores, so it gets 400 rather than its weighted 200, and heavy the rest.
+func TestQueueGuaranteeHoldsAboveItsWeight(t *testing.T) {
+	light := util.BuildQueue("light", 1, nil)
+	light.Spec.Guarantee.Resource = corev1.ResourceList{api.ResourceCores: resource.MustParse("400")}
+	tc := contention(32, util.BuildQueue("heavy", 3, nil), light)
+	ssn, _ := session(t, tc, true, nil)
+	got := placedPerQueue(t, ssn)
+	if got["heavy"] != 16 || got["light"] != 16 {
+		t.Errorf("placed per queue %v, want heavy 16 and light 16 (light guaranteed 400 of 800 cores)", got)
+	}
+}
+
 // TestQueueWeightsWithoutTesseraShare is the control: the same workload with the
 // queue share turned off splits by Volcano's queue order alone, which alternates
 // between queues it deems equally satisfied.
