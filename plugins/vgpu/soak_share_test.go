@@ -12,6 +12,8 @@ import (
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler"
 	"volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/conf"
+	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -36,6 +38,13 @@ func TestSharesConvergeToWeightedMaxMin(t *testing.T) {
 	builders := confPlugins(t, tiers)
 	seeds := *soakSeeds / 10
 	for seed := int64(1); seed <= int64(seeds); seed++ {
+		convergeSeed(t, seed, builders, actions, tiers, cfg)
+	}
+}
+
+func convergeSeed(t *testing.T, seed int64, builders map[string]framework.PluginBuilder, actions []framework.Action, tiers []conf.Tier,
+	cfg []conf.Configuration) {
+	{
 		r := rand.New(rand.NewSource(seed))
 		w := newShareWorld(t, r)
 		queues := []string{"qa", "qb", "qc"}[:2+r.Intn(2)]

@@ -257,9 +257,12 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 		a.Execute(ssn)
 		a.UnInitialize()
 	}
-	dispatched := 0
+	dispatched, releasing := 0, 0
 	w.partial = ""
 	for _, job := range ssn.Jobs {
+		// Evicted pods go away after every session, so the releasing ones were
+		// evicted in this one.
+		releasing += len(job.TaskStatusIndex[vapi.Releasing])
 		n := len(job.TaskStatusIndex[vapi.Binding])
 		dispatched += n
 		// Volcano's own rule: a gang may bind its allocated members while the rest
@@ -302,6 +305,11 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 				w.stats.StaleWrites++
 			}
 		}
+	}
+	// The cache hands evictions to the evictor asynchronously: wait for this
+	// session's, so that each is judged against the session that made it.
+	for deadline := time.Now().Add(5 * time.Second); len(w.evictor.Evicts())-w.evicted < releasing && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	w.useless = ""
 	for _, key := range w.evictor.Evicts()[w.evicted:] {
