@@ -10,7 +10,6 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
-	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/plugins/engine"
 	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
@@ -82,12 +81,12 @@ func (p *vgpuPlugin) preemptive(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool
 // tier, which knows nothing of cards.
 func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, tr *taskRequest) bool {
 	var candidates []*vapi.TaskInfo
-	set := p.pipelinedHash(node.Name)
+	set := p.pipelined.hash(node.Name) * 5
 	for _, v := range node.Tasks {
 		switch {
 		case v.Status == vapi.Releasing:
 			set ^= uidHash(v.UID) * 3
-		case v.Status == vapi.Running && p.request(v) != nil && p.evictable(ssn, task, v):
+		case v.Status == vapi.Running && v.Job != task.Job && p.request(v) != nil && p.evictable(ssn, task, v):
 			candidates = append(candidates, v)
 			ready := int32(0)
 			if j := ssn.Jobs[v.Job]; j != nil {
@@ -99,7 +98,11 @@ func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskIn
 	if len(candidates) == 0 {
 		return false
 	}
-	key := evictKey{request: tr.key, job: task.Job, victims: set, count: len(candidates)}
+	queue := vapi.QueueID("")
+	if j := ssn.Jobs[task.Job]; j != nil {
+		queue = j.Queue
+	}
+	key := evictKey{request: tr.key, queue: queue, victims: set, count: len(candidates)}
 	fits, ok, version := p.ledger.evictAnswer(node.Name, key)
 	if ok {
 		return fits
@@ -295,36 +298,11 @@ func (p *vgpuPlugin) onPipeline(e *framework.Event) {
 		klog.V(3).InfoS("Refusing to pipeline a vGPU task", "err", e.Err)
 		return
 	}
-	p.mu.Lock()
-	if old, ok := p.pipelined[task.UID]; ok {
-		p.pipelinedOn[old.node] ^= uidHash(task.UID)
-	}
-	p.pipelined[task.UID] = pipelinedFit{node: task.NodeName, containers: fit.Containers, qos: tr.req.Options.QoS}
-	p.pipelinedOn[task.NodeName] ^= uidHash(task.UID)
-	p.mu.Unlock()
+	p.pipelined.add(task.UID, pipelinedFit{node: task.NodeName, containers: fit.Containers, qos: tr.req.Options.QoS})
 }
 
 func (p *vgpuPlugin) unpipeline(id vapi.TaskID) {
-	p.mu.Lock()
-	if old, ok := p.pipelined[id]; ok {
-		p.pipelinedOn[old.node] ^= uidHash(id)
-		delete(p.pipelined, id)
-	}
-	p.mu.Unlock()
-}
-
-// pipelinedHash names the set of tasks pipelined onto a node this session.
-func (p *vgpuPlugin) pipelinedHash(node string) uint64 {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.pipelinedOn[node] * 5
-}
-
-// pipelinedFit is the cards a pipelined task expects once its victims are gone.
-type pipelinedFit struct {
-	node       string
-	containers []api.ContainerAssignment
-	qos        api.QoSClass
+	p.pipelined.remove(id)
 }
 
 // futureNode is the node's cards once the pods being evicted from it are gone, less
@@ -342,12 +320,6 @@ func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *engine.Node {
 			n.Release(cs, qos)
 		}
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	for _, f := range p.pipelined {
-		if f.node == node.Name {
-			n.Account(f.containers, f.qos)
-		}
-	}
+	p.pipelined.each(node.Name, func(f pipelinedFit) { n.Account(f.containers, f.qos) })
 	return n
 }

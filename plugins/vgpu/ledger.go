@@ -45,7 +45,8 @@ type evictSlot struct {
 // evictKey names a question: a request's shape and the set of victims released.
 type evictKey struct {
 	request string
-	job     vapi.JobID
+	// queue is the evicting task's: whether a candidate is reclaimed or preempted.
+	queue   vapi.QueueID
 	victims uint64
 	count   int
 }

@@ -461,7 +461,7 @@ func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemp
 				pr.plain[t.NodeName]++
 				continue
 			}
-			fit, ok := vp.pipelined[t.UID]
+			fit, ok := vp.pipelined.get(t.UID)
 			if !ok {
 				w.t.Fatalf("vGPU task %s was pipelined onto %s without the plugin choosing its cards", t.Name, t.NodeName)
 			}

@@ -39,9 +39,7 @@ type vgpuPlugin struct {
 	// bound memoises what bound pods hold, for the session.
 	bound map[vapi.TaskID]heldOnce
 	// pipelined are the session's pipelined vGPU tasks and the cards they expect.
-	pipelined map[vapi.TaskID]pipelinedFit
-	// pipelinedOn names, per node, the set of tasks pipelined there (XOR of hashes).
-	pipelinedOn map[string]uint64
+	pipelined *pipelines
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -77,7 +75,7 @@ func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	}
 	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
 		bound:     map[vapi.TaskID]heldOnce{},
-		pipelined: map[vapi.TaskID]pipelinedFit{}, pipelinedOn: map[string]uint64{}}
+		pipelined: newPipelines()}
 }
 
 // InFlight is how many assignments wait for the informer to show them back.
