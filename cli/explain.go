@@ -35,6 +35,8 @@ type ExplainView struct {
 	Nodes      []NodeFit              `json:"nodes,omitempty"`
 	// Scheduler is the message of the pod's PodScheduled condition, as Volcano wrote it.
 	Scheduler string `json:"scheduler,omitempty"`
+	// Queue is the pod's queue's card share (absent without Volcano's queues).
+	Queue *QueueView `json:"queue,omitempty"`
 }
 
 // NodeFit is one node's answer.
@@ -75,6 +77,9 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		return v
 	}
 	v.Containers, v.Options, v.NodePolicy, v.CardPolicy = req.Containers, &req.Options, req.NodePolicy, req.CardPolicy
+	if s.Args.QueueShare {
+		v.Queue = s.queueViews()[Queue(pod)]
+	}
 	for _, st := range s.nodeStates() {
 		f := NodeFit{Node: st.node.Name}
 		switch {
@@ -133,6 +138,9 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 			fmt.Fprintf(w, "  container %q asks for %d card(s), each %s and %d%% cores\n", c.Name, c.Cards, mem, c.Cores)
 		}
 		fmt.Fprintf(w, "  policies: node %s, card %s; qos %s\n", v.NodePolicy, v.CardPolicy, v.Options.QoS)
+	}
+	if v.Queue != nil {
+		writeQueue(w, v.Queue)
 	}
 	fitting := 0
 	for _, n := range v.Nodes {

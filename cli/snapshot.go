@@ -31,6 +31,8 @@ type Snapshot struct {
 	Nodes []corev1.Node
 	// Pods are the non-terminated pods of every namespace.
 	Pods []corev1.Pod
+	// Queues are Volcano's queues (none where Volcano's CRDs are not installed).
+	Queues []QueueSpec
 }
 
 // Load reads nodes and pods through client. args are the scheduler's vgpu
@@ -46,7 +48,11 @@ func Load(ctx context.Context, client kubernetes.Interface, args vgpu.Args, now 
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	s := &Snapshot{Args: args, Now: now, Nodes: nodes.Items}
+	queues, err := loadQueues(ctx, client, args.Resources.Memory, args.Resources.Cores)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{Args: args, Now: now, Nodes: nodes.Items, Queues: queues}
 	for _, p := range pods.Items {
 		// Fake clientsets ignore field selectors; filter again.
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {

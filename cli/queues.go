@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
+)
+
+// QueueSpec is what the CLI reads of a Volcano Queue: its weight and its card
+// capability and guarantee (volcano.sh/vgpu-memory in MiB, volcano.sh/vgpu-cores in
+// card percent).
+type QueueSpec struct {
+	Name       string           `json:"name"`
+	Weight     int32            `json:"weight"`
+	Capability fairshare.Amount `json:"capability"`
+	Guarantee  fairshare.Amount `json:"guarantee"`
+}
+
+// QueueView is the pod's queue as the vgpu plugin's queue share sees it.
+type QueueView struct {
+	Queue       string `json:"queue"`
+	Weight      int32  `json:"weight"`
+	TotalWeight int32  `json:"totalWeight"`
+	// Deserved is the queue's weighted max-min share of the schedulable cards.
+	Deserved fairshare.Amount `json:"deserved"`
+	// Held is what its bound vGPU pods hold; Asked what its pending ones ask.
+	Held  fairshare.Amount `json:"held"`
+	Asked fairshare.Amount `json:"asked"`
+	// Below: the queue holds less than it deserves, so reclaim may act for it.
+	Below bool `json:"below"`
+	// Reclaimable counts, per queue above its share, the vGPU pods reclaim could
+	// evict for this one (before each job's minAvailable is taken into account).
+	Reclaimable map[string]int `json:"reclaimable,omitempty"`
+}
+
+// queueList is the part of a Queue list the CLI decodes.
+type queueList struct {
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Weight     int32                        `json:"weight"`
+			Capability map[string]resource.Quantity `json:"capability"`
+			Guarantee  struct {
+				Resource map[string]resource.Quantity `json:"resource"`
+			} `json:"guarantee"`
+		} `json:"spec"`
+	} `json:"items"`
+}
+
+// loadQueues reads Volcano's Queues through the client's REST path, without linking
+// Volcano. A cluster without Volcano's CRDs (or a fake client) has none.
+func loadQueues(ctx context.Context, client kubernetes.Interface, memory, cores corev1.ResourceName) ([]QueueSpec, error) {
+	rc := client.Discovery().RESTClient()
+	if rc == nil || reflect.ValueOf(rc).IsNil() {
+		return nil, nil
+	}
+	raw, err := rc.Get().AbsPath("/apis/scheduling.volcano.sh/v1beta1/queues").DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list Volcano queues: %w", err)
+	}
+	return decodeQueues(raw, memory, cores)
+}
+
+func decodeQueues(raw []byte, memory, cores corev1.ResourceName) ([]QueueSpec, error) {
+	var l queueList
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, fmt.Errorf("decode Volcano queues: %w", err)
+	}
+	var out []QueueSpec
+	for _, it := range l.Items {
+		q := QueueSpec{Name: it.Metadata.Name, Weight: it.Spec.Weight, Capability: fairshare.Unlimited}
+		if v, ok := it.Spec.Capability[string(memory)]; ok {
+			q.Capability.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := it.Spec.Capability[string(cores)]; ok {
+			q.Capability.Cores = float64(v.Value())
+		}
+		if v, ok := it.Spec.Guarantee.Resource[string(memory)]; ok {
+			q.Guarantee.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := it.Spec.Guarantee.Resource[string(cores)]; ok {
+			q.Guarantee.Cores = float64(v.Value())
+		}
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// queueViews divides the schedulable cards among the snapshot's queues by the
+// plugin's rules (healthy, non-MIG cards of nodes that are not cordoned; demand is
+// what a queue's bound vGPU pods hold plus what its pending ones ask).
+func (s *Snapshot) queueViews() map[string]*QueueView {
+	if len(s.Queues) == 0 {
+		return nil
+	}
+	var total fairshare.Amount
+	var physical, cards int64
+	for _, st := range s.nodeStates() {
+		if st.engine == nil || st.node.Spec.Unschedulable {
+			continue
+		}
+		for _, c := range st.engine.Cards {
+			if c.Healthy && !c.MIG {
+				total.MemoryMiB += float64(c.CapacityMiB)
+				total.Cores += 100
+				physical += c.MemoryMiB
+				cards++
+			}
+		}
+	}
+	refMiB := int64(0)
+	if cards > 0 {
+		refMiB = physical / cards
+	}
+	views := map[string]*QueueView{}
+	var weight int32
+	for _, q := range s.Queues {
+		views[q.Name] = &QueueView{Queue: q.Name, Weight: q.Weight}
+		weight += q.Weight
+	}
+	boundPods := map[string][]string{}
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		v := views[Queue(p)]
+		if v == nil || !s.Args.Resources.HasVGPURequest(p) {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			if cs, _, ok, err := podAssignment(p); ok && err == nil {
+				v.Held = v.Held.Add(fairshare.Assigned(cs))
+				boundPods[v.Queue] = append(boundPods[v.Queue], p.Namespace+"/"+p.Name)
+			}
+			continue
+		}
+		if req, err := s.request(p); err == nil {
+			v.Asked = v.Asked.Add(fairshare.Requested(req.Containers, refMiB))
+		}
+	}
+	claims := make([]fairshare.Claim, len(s.Queues))
+	for i, q := range s.Queues {
+		v := views[q.Name]
+		claims[i] = fairshare.Claim{Weight: float64(q.Weight), Request: v.Held.Add(v.Asked), Capability: q.Capability,
+			Guarantee: q.Guarantee}
+	}
+	for i, d := range fairshare.Divide(total, claims) {
+		v := views[s.Queues[i].Name]
+		v.Deserved, v.TotalWeight = d, weight
+		v.Below = fairshare.Below(v.Held, d, v.Asked)
+	}
+	for _, v := range views {
+		if !v.Below {
+			continue
+		}
+		for _, o := range views {
+			if o != v && !o.Held.Within(o.Deserved) && len(boundPods[o.Queue]) > 0 {
+				if v.Reclaimable == nil {
+					v.Reclaimable = map[string]int{}
+				}
+				v.Reclaimable[o.Queue] = len(boundPods[o.Queue])
+			}
+		}
+	}
+	return views
+}
+
+// writeQueue prints the queue lines of explain.
+func writeQueue(w io.Writer, q *QueueView) {
+	fmt.Fprintf(w, "  queue %s (weight %d of %d): holds %.0f of its %.0f deserved card cores and %.0f of %.0f MiB of card memory; its pending vGPU pods ask %.0f cores and %.0f MiB more\n",
+		q.Queue, q.Weight, q.TotalWeight, q.Held.Cores, q.Deserved.Cores, q.Held.MemoryMiB, q.Deserved.MemoryMiB, q.Asked.Cores, q.Asked.MemoryMiB)
+	if !q.Below {
+		fmt.Fprintf(w, "  queue %s is at its share: its pods get cards as they free up, or cards no other queue can use; reclaim does not act for it\n", q.Queue)
+		return
+	}
+	if len(q.Reclaimable) == 0 {
+		fmt.Fprintf(w, "  queue %s is below its share, but no other queue holds more than its own: its pods wait for free cards\n", q.Queue)
+		return
+	}
+	names := make([]string, 0, len(q.Reclaimable))
+	for n := range q.Reclaimable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  queue %s is below its share: reclaim may evict for it among the %d vGPU pods of queue %s, which holds more than its share (only members beyond each job's minAvailable)\n",
+			q.Queue, q.Reclaimable[n], n)
+	}
+}
