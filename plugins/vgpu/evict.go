@@ -226,6 +226,18 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 			return []*vapi.TaskInfo{h.t}
 		}
 	}
+	// Volcano evicts the victims one by one and stops as soon as CPU, memory and slots
+	// fit (cards are not among them), then pipelines the task, which the plugin
+	// refuses on cards that would not take it: the whole statement is rolled back. A
+	// set of several victims therefore only helps when Volcano's own resources need
+	// every one of them; where any one victim would satisfy them, offer none here, so
+	// that the task is tried on nodes where one victim frees a card.
+	idle := node.FutureIdle()
+	for _, h := range useful {
+		if evictor.InitResreq.LessEqual(idle.Clone().Add(h.t.Resreq), vapi.Zero) {
+			return nil
+		}
+	}
 	var set []*vapi.TaskInfo
 	spare := map[vapi.JobID]int32{}
 	reclaim := ssn.Jobs[evictor.Job] != nil

@@ -228,6 +228,47 @@ func preemptScene(holderClass string, highAnn map[string]string) *uthelper.TestC
 
 // A task whose type filter matches no card on the node is never worth an eviction:
 // nothing is evicted, however low the victims' priority.
+// TestReclaimPrefersTheNodeWhereOneVictimFreesACard: five nodes have their one card
+// shared by two half-card pods of queue a, one node has its card held whole by one
+// pod of queue a. Volcano would evict just one of two half-card pods (CPU and slots
+// fit after one) and the pipeline would be refused and rolled back, so the plugin
+// offers no set of several victims there: a whole-card task of queue b reclaims the
+// whole-card pod, on the first try.
+func TestReclaimPrefersTheNodeWhereOneVictimFreesACard(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Queues:    []*schedulingv1.Queue{util.BuildQueue("a", 1, nil), util.BuildQueue("b", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-a", "ns", "a", 1, nil, schedulingv1.PodGroupRunning)},
+	}
+	hold := func(name, node string, cores int64) {
+		p := holding(name, node, "GPU-"+node+"-0", cores, 1)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-a"
+		tc.Pods = append(tc.Pods, p)
+	}
+	for i := 0; i < 5; i++ {
+		node := fmt.Sprintf("half%d", i)
+		tc.Nodes = append(tc.Nodes, gpuNode(node, 1, "NVIDIA A100", 40960))
+		hold(node+"-x", node, 50)
+		hold(node+"-y", node, 50)
+	}
+	tc.Nodes = append(tc.Nodes, gpuNode("whole", 1, "NVIDIA A100", 40960))
+	hold("whole-x", "whole", 100)
+	pg := util.BuildPodGroup("pg-b", "ns", "b", 1, nil, schedulingv1.PodGroupInqueue)
+	tc.PodGroups = append(tc.PodGroups, pg)
+	tc.Pods = append(tc.Pods, vgpuPod("b-0", "pg-b", 1, 20000, 100, nil))
+
+	ssn, got := runEvict(t, tc, reclaim.New())
+	if len(got) != 1 || got[0] != "ns/whole-x" {
+		t.Fatalf("evicted %v, want only ns/whole-x (one victim frees a whole card)", got)
+	}
+	for _, job := range ssn.Jobs {
+		for _, task := range job.Tasks {
+			if task.Name == "b-0" && (task.Status.String() != "Pipelined" || task.NodeName != "whole") {
+				t.Errorf("b-0 is %s on %q, want pipelined on node whole", task.Status, task.NodeName)
+			}
+		}
+	}
+}
+
 func TestPreemptEvictsNothingForACardItCannotUse(t *testing.T) {
 	tc := preemptScene("low", map[string]string{api.AnnotationGPUTypeInclude: "H100"})
 	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 0 {
