@@ -2,7 +2,6 @@ package vgpu
 
 import (
 	"fmt"
-	"hash/fnv"
 	"sort"
 
 	"k8s.io/klog/v2"
@@ -114,9 +113,13 @@ func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskIn
 
 // uidHash spreads a task's UID over 64 bits; XOR over a set names the set.
 func uidHash(uid vapi.TaskID) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(uid))
-	return h.Sum64()
+	// FNV-1a, inline: the predicate hashes every candidate of every node it is asked about.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(uid); i++ {
+		h ^= uint64(uid[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // fitsWithout reports whether the request fits the node's future cards (those
@@ -260,8 +263,8 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 
 // aboveShare reports whether a queue holds more card memory or cores than it deserves.
 func (s *queueShares) aboveShare(queue vapi.QueueID) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	q, ok := s.queues[queue]
 	return ok && !q.allocated.Within(q.deserved)
 }

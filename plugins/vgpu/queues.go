@@ -19,7 +19,7 @@ import (
 // holds each queue's vGPU tasks to its weighted share of what actually runs out.
 // Tasks without vGPU requests are never looked at.
 type queueShares struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	total fairshare.Amount
 	// refMiB is the mean card memory, to cost a percentage request before its
 	// card is chosen.
