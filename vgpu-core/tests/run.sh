@@ -60,6 +60,7 @@ echo "== vgpu-core tests ($BUILD) =="
 run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
 run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid reuse)" \
   env TEST_TMP="$TMP" "$T/unit_region"
+run "unit: SM limiter maths (budget, own-time estimate, burst-share contention on either driver)" "$T/unit_sm"
 
 for s in edge apis report unknown-free procaddr; do
   run "memory/$s without LD_PRELOAD (stub card 4 GiB)" \

@@ -1,0 +1,111 @@
+/*
+ * Unit tests of the SM limiter's arithmetic (src/limits/sm_math.c): the budget, the own-time
+ * estimate under contention and lag, and the burst-share contention test on either kind of driver.
+ */
+#include "common.h"
+#include "limits/sm_math.h"
+
+#define MS 1000000ULL
+#define S 1000000000ULL
+
+/* Simulates a container charging kernels of true time d ns at limit l% for `secs` seconds of
+ * launch attempts, returning the share of time its admitted work takes. */
+static double simulated_share(uint64_t d, unsigned l, double secs)
+{
+    uint64_t now = 1 * S, tat = 0, end = now + (uint64_t)(secs * 1e9), work = 0, start = now;
+    while (now < end) {
+        uint64_t wait;
+        tat = sm_gcra(tat, now, sm_cost(d, l), 10 * MS, &wait);
+        now += wait;
+        work += d;
+    }
+    return 100.0 * (double)work / (double)(now - start);
+}
+
+static void budget(void)
+{
+    CASE("a launch costs its GPU time scaled by 100/limit");
+    CHECK(sm_cost(300, 30) == 1000, "cost %llu", (unsigned long long)sm_cost(300, 30));
+    CHECK(sm_cost(500, 100) == 500 && sm_cost(500, 0) == 500, "uncapped costs the time itself");
+    CHECK(sm_cost(UINT64_MAX / 2, 10) >= UINT64_MAX / 8, "a huge charge saturates instead of wrapping");
+
+    CASE("GCRA admits within the burst and makes the rest wait exactly");
+    uint64_t wait, tat = sm_gcra(0, 100 * MS, 4 * MS, 10 * MS, &wait);
+    CHECK(tat == 104 * MS && wait == 0, "tat %llu wait %llu", (unsigned long long)tat, (unsigned long long)wait);
+    tat = sm_gcra(115 * MS, 100 * MS, 4 * MS, 10 * MS, &wait);
+    CHECK(tat == 119 * MS && wait == 9 * MS, "tat %llu wait %llu", (unsigned long long)tat, (unsigned long long)wait);
+
+    CASE("an idle container banks no credit beyond the burst");
+    tat = sm_gcra(10 * MS, 500 * MS, 4 * MS, 10 * MS, &wait);
+    CHECK(tat == 504 * MS && wait == 0, "tat %llu", (unsigned long long)tat);
+
+    CASE("a saturating container holds its share at 10/30/50/70/90%");
+    const unsigned limits[] = {10, 30, 50, 70, 90};
+    for (unsigned i = 0; i < 5; i++) {
+        double share = simulated_share(200000, limits[i], 2.0);
+        CHECK(share > limits[i] - 0.5 && share < limits[i] + 0.5, "limit %u: share %.2f", limits[i], share);
+    }
+}
+
+static void estimate(void)
+{
+    struct sm_min_est e = {0};
+    CASE("no observation: no estimate");
+    CHECK(sm_est_get(&e, 5 * S) == 0, "empty");
+
+    CASE("time spent behind a neighbour's slice does not inflate the estimate");
+    const uint64_t inflated[] = {900, 450, 200, 1300, 205, 700};
+    for (unsigned i = 0; i < 6; i++)
+        sm_est_observe(&e, 5 * S + i * MS, inflated[i]);
+    CHECK(sm_est_get(&e, 5 * S + 10 * MS) == 200, "estimate %llu", (unsigned long long)sm_est_get(&e, 5 * S + 10 * MS));
+
+    CASE("a kernel that really became slower is followed within two buckets");
+    uint64_t t = 5 * S + SM_EST_BUCKET_NS;
+    for (unsigned i = 0; i < 3; i++, t += SM_EST_BUCKET_NS / 2)
+        sm_est_observe(&e, t, 400);
+    CHECK(sm_est_get(&e, t) == 400, "after two buckets of 400: %llu", (unsigned long long)sm_est_get(&e, t));
+
+    CASE("an estimate not refreshed for two buckets expires");
+    CHECK(sm_est_get(&e, t + 3 * SM_EST_BUCKET_NS) == 0, "stale estimate kept");
+}
+
+static bool contended(const struct sm_sample *s, int n, const int32_t *ours, int nours, int active, int card)
+{
+    struct sm_view v = {s, n, ours, nours, active, card};
+    return sm_contended(&v);
+}
+
+static void contention(void)
+{
+    const int32_t ours[] = {1, 57};
+    CASE("namespace pids: alone on the card (NVML reads 90% for a saturated card) is not contention");
+    struct sm_sample alone[] = {{1, 88}, {57, 2}};
+    CHECK(!contended(alone, 2, ours, 2, 1, 89), "alone");
+
+    CASE("namespace pids: another busy pid is a neighbour");
+    struct sm_sample other[] = {{1, 27}, {4242, 60}};
+    CHECK(contended(other, 2, ours, 2, 1, 88), "visible neighbour");
+
+    CASE("namespace pids, neighbours hidden by the driver: card utilisation beyond ours");
+    struct sm_sample hidden[] = {{1, 27}};
+    CHECK(contended(hidden, 1, ours, 2, 1, 88), "hidden neighbour");
+    CHECK(!contended(hidden, 1, ours, 2, 1, 33), "within the margin");
+
+    CASE("host pids: more busy processes than the container has active");
+    struct sm_sample host[] = {{3000001, 27}, {3000777, 60}};
+    CHECK(contended(host, 2, ours, 2, 1, 88), "host-pid neighbour");
+    CHECK(!contended(host, 2, ours, 2, 2, 88), "both are ours");
+    struct sm_sample idle_neighbour[] = {{3000001, 88}, {3000777, 0}};
+    CHECK(!contended(idle_neighbour, 2, ours, 2, 1, 88), "an idle neighbour with a context is no contention");
+
+    CASE("no samples at all (NOT_FOUND every poll) is no evidence of a neighbour");
+    CHECK(!contended(NULL, 0, ours, 2, 1, -1), "no data");
+}
+
+int main(void)
+{
+    budget();
+    estimate();
+    contention();
+    return tc_summary("unit_sm");
+}
