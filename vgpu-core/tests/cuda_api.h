@@ -47,6 +47,14 @@ CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuModuleLoad(CUmodule *m, const char *path);
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult cuCtxSynchronize(void);
+CUresult cuStreamCreate(CUstream *s, unsigned int flags);
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+CUresult cuGraphExecDestroy(CUgraphExec e);
+CUresult cuGraphDestroy(CUgraph g);
+CUresult cuStreamDestroy_v2(CUstream s);
 
 /* cuInit + a context on device `dev`; exits the test on failure. */
 static inline void tc_context(int dev)

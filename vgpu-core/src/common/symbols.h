@@ -39,6 +39,8 @@
     X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_fn)                    \
     X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_fn)       \
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_fn)  \
+    X(cuGraphLaunch, cuGraphLaunch_fn)                               \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch_fn)                          \
     X(cuMemAlloc, cuMemAlloc_v1_fn)                                  \
     X(cuMemAllocPitch, cuMemAllocPitch_v1_fn)                        \
     X(cuMemGetInfo, cuMemGetInfo_v1_fn)                              \
@@ -51,7 +53,19 @@
     X(cuCtxGetDevice, cuCtxGetDevice_fn)                             \
     X(cuDeviceGetCount, cuDeviceGetCount_fn)                         \
     X(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)                 \
-    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)
+    X(cuDeviceGetUuid, cuDeviceGetUuid_fn)                           \
+    TESSERA_CUDA_TIMING_CALLS(X)
+
+/* What the SM limiter times launches and detects stream capture with. */
+#define TESSERA_CUDA_TIMING_CALLS(X)                                 \
+    X(cuCtxGetCurrent, cuCtxGetCurrent_fn)                           \
+    X(cuEventCreate, cuEventCreate_fn)                               \
+    X(cuEventRecord, cuEventRecord_fn)                               \
+    X(cuEventQuery, cuEventQuery_fn)                                 \
+    X(cuEventSynchronize, cuEventSynchronize_fn)                     \
+    X(cuEventElapsedTime, cuEventElapsedTime_fn)                     \
+    X(cuEventDestroy_v2, cuEventDestroy_fn)                          \
+    X(cuStreamIsCapturing, cuStreamIsCapturing_fn)
 
 #define TESSERA_NVML_HOOKS(X)                                        \
     X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)           \

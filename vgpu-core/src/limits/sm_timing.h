@@ -1,0 +1,40 @@
+/*
+ * Launch timing: how much GPU time the container's own launches take, measured by the library
+ * itself with a pair of events around each metered launch, never read from NVML. Completed pairs
+ * are harvested on later launches and feed a per-kernel (per-graph) estimate of its own GPU time,
+ * which is what the next launch of that kernel is charged. Per process; thread-safe.
+ */
+#ifndef TESSERA_SM_TIMING_H
+#define TESSERA_SM_TIMING_H
+
+#include <stdint.h>
+
+#include "../common/state.h"
+
+struct sm_ticket {
+    int card;
+    int timed;                   /* events were recorded around the launch */
+    int guessed;                 /* charged a default: settle against the measurement */
+    int graph;
+    const void *key;             /* CUfunction or CUgraphExec */
+    uint64_t units;              /* waves of blocks, or 1 for a graph replay */
+    uint64_t charged_ns;         /* GPU time charged at admission */
+    uint64_t cost_ns;            /* budget time that charge took */
+    CUevent start;
+    CUcontext ctx;
+};
+
+/* GPU time a launch is expected to take; sets t->guessed when no measurement backs it. */
+uint64_t sm_timing_estimate(struct sm_ticket *t);
+/* Records the start event on s (before the launch); leaves t->timed 0 when timing is unavailable. */
+void sm_timing_start(struct sm_ticket *t, CUstream s);
+/* After the launch: records the end event and queues the pair, or gives the events back on failure. */
+void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc);
+/*
+ * Harvests completed pairs: updates the estimates, adds each launch's measured own time to
+ * own_ns[card], and calls settle(card, measured - charged) for launches charged a guess.
+ */
+void sm_timing_harvest(void (*settle)(int card, int64_t delta_ns));
+void sm_timing_after_fork(void);
+
+#endif
