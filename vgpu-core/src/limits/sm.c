@@ -11,7 +11,9 @@
 #include "sm_math.h"
 
 #define CTL_PERIOD_NS 100000000ULL   /* NVML polls for burst-share; diagnostics */
-#define BURST_NS 10000000ULL         /* launches may run this far ahead of the budget (scheduler slack) */
+/* Launches may run this far ahead of the budget: a launching thread that wakes up to this late loses
+ * none of its share (the GPU queue absorbs it); a neighbour may see this much extra delay. */
+#define BURST_NS 20000000ULL
 #define HOLD_NS 2000000000ULL        /* burst-share stays capped this long after a neighbour was seen */
 #define LOG_PERIOD_NS 1000000000ULL
 

@@ -78,14 +78,20 @@ static void read_card(struct card_hist *h, nvmlDevice_t nvml, uint64_t now)
         h->ncard++;
 }
 
-/* Average of the readings taken within the last window; -1 when there are none. */
-static int recent_avg(const uint64_t *at, const unsigned *v, unsigned n, uint64_t now)
+/* Average, lowest and highest of the readings taken within the last window; 0 when there are none. */
+static int recent(const uint64_t *at, const unsigned *v, unsigned n, uint64_t now, unsigned *avg, unsigned *lo,
+                  unsigned *hi)
 {
     unsigned sum = 0, k = 0;
+    *lo = 100, *hi = 0;
     for (unsigned i = 0; i < n; i++)
-        if (now - at[i] <= WINDOW_NS)
+        if (now - at[i] <= WINDOW_NS) {
             sum += v[i], k++;
-    return k ? (int)((sum + k / 2) / k) : -1;
+            *lo = v[i] < *lo ? v[i] : *lo;
+            *hi = v[i] > *hi ? v[i] : *hi;
+        }
+    *avg = k ? (sum + k / 2) / k : 0;
+    return k > 0;
 }
 
 int sm_active_procs(int card, uint64_t now)
@@ -106,11 +112,11 @@ bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now)
     read_card(h, nvml, now);
     struct sm_sample samples[MAX_PIDS];
     int ns = 0;
-    for (int i = 0; i < MAX_PIDS; i++) {
-        int avg = recent_avg(h->pids[i].at, h->pids[i].util, h->pids[i].n, now);
-        if (h->pids[i].n && avg >= 0)
-            samples[ns++] = (struct sm_sample){h->pids[i].pid, (unsigned)avg};
-    }
+    unsigned avg, lo, hi;
+    for (int i = 0; i < MAX_PIDS; i++)
+        if (recent(h->pids[i].at, h->pids[i].util, h->pids[i].n, now, &avg, &lo, &hi))
+            samples[ns++] = (struct sm_sample){h->pids[i].pid, avg, hi};
+    int card_low = recent(h->card_at, h->card_util, h->ncard, now, &avg, &lo, &hi) ? (int)lo : -1;
     int32_t ours[MAX_OURS];
     int nours = region_live_procs(tessera.region, ours, MAX_OURS);
     struct sm_view v = {
@@ -119,7 +125,7 @@ bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now)
         .ours = ours,
         .nours = nours < MAX_OURS ? nours : MAX_OURS,
         .ours_active = sm_active_procs(card, now),
-        .card_util = recent_avg(h->card_at, h->card_util, h->ncard, now),
+        .card_low = card_low,
     };
     return sm_contended(&v);
 }

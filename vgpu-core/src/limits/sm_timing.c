@@ -27,7 +27,7 @@ struct spare {
 
 struct entry {
     const void *key;
-    struct sm_min_est est;
+    struct sm_est est;
 };
 
 static struct {

@@ -17,10 +17,11 @@
  *                             a host pid that differs from the one the process itself sees
  *   TESSERA_STUB_NVML_PERIOD_MS  per-process sample period (default 200; NOT_FOUND in between)
  *   TESSERA_STUB_NVML_SCALE   what NVML reads for a saturated card, percent (default 90)
+ *   TESSERA_STUB_JITTER_PCT   each kernel runs its nominal time ± up to this percent (default 4)
  *   TESSERA_STUB_FOREIGN      file with one "processes utilisation%" line per card, re-read on every
  *                             NVML query: simulates other containers on the card
  * Kernels: cuModuleGetFunction(&f, mod, "sleep_<N>us") makes a kernel whose every block runs N µs on
- * one SM; a launch of B blocks on a card of S SMs runs ceil(B/S)*N µs. Kernels run one at a time.
+ * one SM; a launch of B blocks on a card of S SMs runs ceil(B/S)*N µs (± the jitter). Kernels run one at a time.
  * Events time a process's own stream (a kernel that waited behind a neighbour looks longer);
  * streams capture launches into graphs that cuGraphLaunch replays (stub_exec.h).
  */

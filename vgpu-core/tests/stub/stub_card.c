@@ -56,7 +56,7 @@ struct sim_card {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct sim_card *cards;
 static int ncards;
-static uint64_t queue_ns, slice_ns;
+static uint64_t queue_ns, slice_ns, jitter_pct;
 static int32_t self_nsid;
 static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
 static int32_t slot_pid[16];
@@ -102,6 +102,7 @@ static void setup(void)
     ncards = tessera_stub_device_count();
     queue_ns = env_u64("TESSERA_STUB_QUEUE_MS", 20) * 1000000ULL;
     slice_ns = env_u64("TESSERA_STUB_TIMESLICE_US", 2000) * 1000ULL;
+    jitter_pct = env_u64("TESSERA_STUB_JITTER_PCT", 4);
     self_nsid = (int32_t)env_u64("TESSERA_STUB_PIDNS", 0);
     size_t size = sizeof(struct sim_card) * (size_t)ncards;
     const char *path = getenv("TESSERA_STUB_CARDS_FILE");
@@ -290,12 +291,24 @@ static int enqueue(struct sim_proc *p, struct sim_item it)
     return 1;
 }
 
+/* A kernel's run time scatters by up to ±jitter_pct around its nominal time, as clocks and memory do. */
+static uint64_t jittered(uint64_t dur)
+{
+    static __thread uint64_t x = 0x9E3779B97F4A7C15ULL;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    if (!jitter_pct)
+        return dur;
+    uint64_t span = dur * jitter_pct / 100;
+    return dur - span + (span ? x % (2 * span + 1) : 0);
+}
+
 void sim_kernel(int dev, uint64_t dur)
 {
     struct sim_card *c;
     struct sim_proc *p = self(dev, &c);
     if (!p || dur == 0)
         return;
+    dur = jittered(dur);
     for (;;) {
         lock(c);
         uint64_t now = sim_now_ns();
