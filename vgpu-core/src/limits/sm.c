@@ -193,9 +193,9 @@ static int capturing(CUstream s)
 }
 
 /* Takes budget for cost, sleeping while the container is more than BURST_NS ahead of its share. */
-static void admit(struct region_card *rc, uint64_t cost)
+static void admit(struct region_card *rc, uint64_t now, uint64_t cost)
 {
-    uint64_t now = mono_ns(), tat = atomic_load(&rc->tat_ns), next, wait;
+    uint64_t tat = atomic_load(&rc->tat_ns), next, wait;
     do
         next = sm_gcra(tat, now, cost, BURST_NS, &wait);
     while (!atomic_compare_exchange_weak(&rc->tat_ns, &tat, next));
@@ -220,18 +220,19 @@ int tessera_sm_begin(struct sm_ticket *t, const void *key, uint64_t blocks, int 
         return 0;
     struct region_card *rc = &tessera.region->cards[card];
     int slot = tessera_slot();
+    uint64_t now = mono_ns();
     if (slot >= 0)
-        atomic_store_explicit(&tessera.region->sm_active_ns[slot][card], mono_ns(), memory_order_relaxed);
+        atomic_store_explicit(&tessera.region->sm_active_ns[slot][card], now, memory_order_relaxed);
     if (!atomic_load_explicit(&rc->capped, memory_order_relaxed) || capturing(s))
         return 0;
-    sm_timing_harvest(settle);
+    sm_timing_harvest(now, settle);
     *t = (struct sm_ticket){.card = card, .key = key, .graph = graph};
     t->units = graph ? 1 : (blocks + sm.c[card].sms - 1) / sm.c[card].sms;
     t->units = t->units ? t->units : 1;
-    t->charged_ns = sm_timing_estimate(t);
+    t->charged_ns = sm_timing_estimate(t, now);
     t->cost_ns = sm_cost(t->charged_ns, sm.c[card].limit);
     atomic_fetch_add(&rc->charged_ns, t->charged_ns);
-    admit(rc, t->cost_ns);
+    admit(rc, now, t->cost_ns);
     sm_timing_start(t, s);
     return 1;
 }

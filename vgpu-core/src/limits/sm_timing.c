@@ -1,7 +1,6 @@
 #include "sm_timing.h"
 
 #include <pthread.h>
-#include <time.h>
 
 #include "../common/log.h"
 #include "sm_math.h"
@@ -39,15 +38,9 @@ static struct {
     struct entry table[TABLE];
     uint64_t last_wave_ns[TESSERA_MAX_CARDS], last_graph_ns[TESSERA_MAX_CARDS];
     void (*settle)(int card, int64_t delta_ns);
+    uint64_t now;                    /* clock at the last harvest */
     int warned;
 } tm = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static struct entry *lookup(const void *key, int insert)
 {
@@ -66,11 +59,11 @@ static struct entry *lookup(const void *key, int insert)
     return NULL; /* crowded: this key lives on the card-wide default */
 }
 
-uint64_t sm_timing_estimate(struct sm_ticket *t)
+uint64_t sm_timing_estimate(struct sm_ticket *t, uint64_t now)
 {
     pthread_mutex_lock(&tm.mu);
     struct entry *e = lookup(t->key, 0);
-    uint64_t per = e ? sm_est_get(&e->est, mono_ns()) : 0;
+    uint64_t per = e ? sm_est_get(&e->est, now) : 0;
     t->guessed = per == 0;
     if (!per) {
         per = t->graph ? tm.last_graph_ns[t->card] : tm.last_wave_ns[t->card];
@@ -151,7 +144,7 @@ void sm_timing_start(struct sm_ticket *t, CUstream s)
 }
 
 /* Under tm.mu: folds one completed pair into the estimates; returns 0 while it is still running. */
-static int harvest_one(void)
+static int harvest_one(uint64_t now)
 {
     struct pending *p = &tm.ring[tm.head];
     CUresult q = tessera_cuda.cuEventQuery(p->end);
@@ -162,7 +155,7 @@ static int harvest_one(void)
         uint64_t ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0, per = ns / (p->units ? p->units : 1);
         struct entry *e = lookup(p->key, 1);
         if (e)
-            sm_est_observe(&e->est, mono_ns(), per);
+            sm_est_observe(&e->est, now, per);
         if (per)
             *(p->graph ? &tm.last_graph_ns[p->card] : &tm.last_wave_ns[p->card]) = per;
         if (p->guessed && tm.settle)
@@ -175,11 +168,12 @@ static int harvest_one(void)
     return 1;
 }
 
-void sm_timing_harvest(void (*settle)(int card, int64_t delta_ns))
+void sm_timing_harvest(uint64_t now, void (*settle)(int card, int64_t delta_ns))
 {
     pthread_mutex_lock(&tm.mu);
     tm.settle = settle;
-    while (tm.count > 0 && harvest_one())
+    tm.now = now;
+    while (tm.count > 0 && harvest_one(now))
         ;
     pthread_mutex_unlock(&tm.mu);
 }
@@ -209,7 +203,7 @@ void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc)
         if (tessera_cuda.cuEventSynchronize)
             tessera_cuda.cuEventSynchronize(oldest);
         pthread_mutex_lock(&tm.mu);
-        if (tm.count == PENDING && !harvest_one())
+        if (tm.count == PENDING && !harvest_one(tm.now))
             break;
     }
     if (tm.count < PENDING) {

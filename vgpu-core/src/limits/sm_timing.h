@@ -25,16 +25,16 @@ struct sm_ticket {
 };
 
 /* GPU time a launch is expected to take; sets t->guessed when no measurement backs it. */
-uint64_t sm_timing_estimate(struct sm_ticket *t);
+uint64_t sm_timing_estimate(struct sm_ticket *t, uint64_t now);
 /* Records the start event on s (before the launch); leaves t->timed 0 when timing is unavailable. */
 void sm_timing_start(struct sm_ticket *t, CUstream s);
 /* After the launch: records the end event and queues the pair, or gives the events back on failure. */
 void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc);
 /*
- * Harvests completed pairs: updates the estimates, adds each launch's measured own time to
- * own_ns[card], and calls settle(card, measured - charged) for launches charged a guess.
+ * Harvests completed pairs (now: the monotonic clock): updates the estimates, and calls
+ * settle(card, measured - charged) for launches that were charged a guess.
  */
-void sm_timing_harvest(void (*settle)(int card, int64_t delta_ns));
+void sm_timing_harvest(uint64_t now, void (*settle)(int card, int64_t delta_ns));
 void sm_timing_after_fork(void);
 
 #endif

@@ -62,6 +62,19 @@ static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
 static int32_t slot_pid[16];
 static int slot_of[16];
 static uint8_t ev_used[SIM_EVENTS];
+static int32_t my_pid; /* getpid() is a system call; every simulated call needs it */
+
+static void forget_pid(void)
+{
+    my_pid = 0;
+}
+
+static int32_t self_pid(void)
+{
+    if (!my_pid)
+        my_pid = getpid();
+    return my_pid;
+}
 
 uint64_t sim_now_ns(void)
 {
@@ -104,6 +117,7 @@ static void setup(void)
     slice_ns = env_u64("TESSERA_STUB_TIMESLICE_US", 2000) * 1000ULL;
     jitter_pct = env_u64("TESSERA_STUB_JITTER_PCT", 4);
     self_nsid = (int32_t)env_u64("TESSERA_STUB_PIDNS", 0);
+    pthread_atfork(NULL, NULL, forget_pid);
     size_t size = sizeof(struct sim_card) * (size_t)ncards;
     const char *path = getenv("TESSERA_STUB_CARDS_FILE");
     int fd = path && *path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666) : -1;
@@ -250,7 +264,7 @@ int sim_join(int dev)
     struct sim_card *c = card(dev);
     if (!c)
         return -1;
-    int32_t me = getpid();
+    int32_t me = self_pid();
     pthread_mutex_lock(&local_mu);
     if (slot_pid[dev] == me) {
         pthread_mutex_unlock(&local_mu);
