@@ -121,8 +121,8 @@ sm_wait() {
   done
   SMPIDS=(); SMNAMES=()
 }
-# Tenants keep running until the slower one can have finished (2 s warm-up + 14 windows of 0.5 s).
-PAIR_SECONDS=9
+# Tenants keep running until the partner has measured too, at most 2 s warm-up + 24 windows of 0.5 s.
+PAIR_SECONDS=15
 # pair NAME CARD-ENV... -- A-WANT A-ENV... -- B-WANT B-ENV...: two containers sharing one card.
 pair() {
   local name=$1; shift
@@ -133,11 +133,13 @@ pair() {
   local wb=$1; shift
   b=("$@")
   local f=$TMP/cards.$SMN
-  sm "$name: tenant A holds $wa%" "$wa" LD_PRELOAD="$PRE" TESSERA_STUB_CARDS_FILE="$f" TEST_MIN_SECONDS=$PAIR_SECONDS "${card[@]}" "${a[@]}"
-  sm "$name: tenant B holds $wb%" "$wb" LD_PRELOAD="$PRE" TESSERA_STUB_CARDS_FILE="$f" TEST_MIN_SECONDS=$PAIR_SECONDS "${card[@]}" "${b[@]}"
+  sm "$name: tenant A holds $wa%" "$wa" LD_PRELOAD="$PRE" TESSERA_STUB_CARDS_FILE="$f" TEST_MIN_SECONDS=$PAIR_SECONDS \
+    TEST_DONE_FILE="$f.A" TEST_WAIT_FILE="$f.B" "${card[@]}" "${a[@]}"
+  sm "$name: tenant B holds $wb%" "$wb" LD_PRELOAD="$PRE" TESSERA_STUB_CARDS_FILE="$f" TEST_MIN_SECONDS=$PAIR_SECONDS \
+    TEST_DONE_FILE="$f.B" TEST_WAIT_FILE="$f.A" "${card[@]}" "${b[@]}"
 }
 
-echo "-- SM limiter, batch 1 of 2: one container per card (~4 s, longer when the machine stalls) --"
+echo "-- SM limiter, batch 1 of 2: one container per card (~5 s, longer when the machine stalls) --"
 for sms in 80 188; do
   for pct in 10 30 50 70 90; do
     sm "sm: $sms SMs fixed-share $pct% holds $pct±5% after 2 s" $pct LD_PRELOAD="$PRE" TESSERA_STUB_SMS=$sms \
@@ -157,7 +159,7 @@ sm "sm: exclusive card (100%) is not throttled" 100 LD_PRELOAD="$PRE" TESSERA_SM
 sm "sm: without LD_PRELOAD nothing throttles" 100 TESSERA_SM_LIMIT=30
 sm_wait
 
-echo "-- SM limiter, batch 2 of 2: graph replay, containers sharing a card (~9 s) --"
+echo "-- SM limiter, batch 2 of 2: graph replay, containers sharing a card (~5 s, longer when the machine stalls) --"
 for c in 80:10 80:50 80:90 188:30 188:70; do
   sms=${c%:*} pct=${c#*:}
   sm "sm: $sms SMs, graph replay (cuGraphLaunch, also via cuGetProcAddress) held at $pct%" $pct LD_PRELOAD="$PRE" \

@@ -7,86 +7,33 @@
  *   TEST_KERNEL      stub kernel name (default sleep_200us)
  *   TEST_GRAPH=1     replay a captured CUDA graph (cuGraphLaunch, directly and through
  *                    cuGetProcAddress as the CUDA runtime does) instead of plain launches
- *   TEST_MIN_SECONDS keep launching at least this long (tenants sharing a card end together)
+ *   TEST_DONE_FILE   created when this process has measured
+ *   TEST_WAIT_FILE   keep launching until this file exists (a tenant's partner has measured), at most
+ *                    until TEST_MIN_SECONDS after the start
  * After a 2 s warm-up the share is measured in 0.5 s windows until 3 undisturbed ones are in: their
  * average must be within the tolerance and each of them within tolerance + 2. A window is disturbed,
- * and left out, only when the process demonstrably stalled in it or in the window before, long enough
- * to have cost more than 1 point: a stall of d can lose at most (d - 20 ms) x share of GPU time,
- * the 20 ms being the limiter's burst allowance that the budget absorbs. Stalls are seen by a
- * watchdog thread sleeping 1 ms at a time (oversleep) and on the launching thread itself (growth of
- * its run delay, time runnable but not running, in /proc/thread-self/schedstat, looked at every
- * ~2 ms); the larger of the two counts. On a shared 2-core machine other jobs cause them. Every window left out
- * is printed with its stall; when fewer than 3 of 14 windows are undisturbed the test fails as
+ * and left out, only when the process demonstrably stalled in it long enough to have cost more than
+ * 1 point: a stall of d can lose at most (d - 20 ms) x share of GPU time, the 20 ms being the
+ * limiter's burst allowance that the budget absorbs (stall.h says how stalls are seen). On a
+ * shared 2-core machine other jobs cause them. Every window left out
+ * is printed with its stall; when fewer than 3 of 24 windows are undisturbed the test fails as
  * inconclusive rather than pass on disturbed data.
  * Grids cycle through 1, 1.5, 2 and 3 waves of the card's SMs, so the limiter cannot rely on one
  * kernel shape.
  */
-#include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "cuda_api.h"
+#include "stall.h"
 #include "stub.h"
 
 #define WARM_NS 2000000000ULL
 #define WINDOW_NS 500000000ULL
 #define WINDOWS 3
-#define MAX_WINDOWS 14
+#define MAX_WINDOWS 24
 #define BURST_NS 20000000ULL         /* the limiter's burst allowance (src/limits/sm.c) */
 #define POINT_NS (WINDOW_NS / 100)   /* GPU time worth one point of a window */
-
-/* Per window: the longest stall, and the stall time beyond the burst allowance per source. */
-static _Atomic uint64_t worst_stall, excess_watchdog, excess_runq;
-
-static void note_stall(_Atomic uint64_t *excess, uint64_t ns)
-{
-    uint64_t cur = atomic_load(&worst_stall);
-    while (ns > cur && !atomic_compare_exchange_weak(&worst_stall, &cur, ns))
-        ;
-    if (ns > BURST_NS)
-        atomic_fetch_add(excess, ns - BURST_NS);
-}
-
-/* Run delay (time runnable but not running) of the launching thread, checked every ~2 ms. */
-static struct {
-    int fd;
-    uint64_t at, delay;
-} runq = {.fd = -1};
-
-static uint64_t run_delay(void)
-{
-    char buf[128];
-    ssize_t n = runq.fd >= 0 ? pread(runq.fd, buf, sizeof buf - 1, 0) : -1;
-    unsigned long long cpu = 0, delay = 0;
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return sscanf(buf, "%llu %llu", &cpu, &delay) == 2 ? delay : 0;
-}
-
-static void check_run_delay(uint64_t now)
-{
-    if (runq.fd < 0 || now - runq.at < 2000000)
-        return;
-    uint64_t d = run_delay();
-    if (runq.at && d > runq.delay)
-        note_stall(&excess_runq, d - runq.delay);
-    runq.at = now, runq.delay = d;
-}
-
-static void *watchdog(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        uint64_t t = tc_now_ns();
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-        note_stall(&excess_watchdog, tc_now_ns() - t - 1000000);
-    }
-    return NULL;
-}
 
 struct workload {
     int dev;
@@ -159,40 +106,59 @@ static void step(struct workload *w)
     w->i++;
 }
 
+struct window {
+    uint64_t start, end, busy;
+};
+
 struct result {
     double share, worst;         /* over the undisturbed windows */
     int used, tried;
 };
 
-/* Runs the workload window by window until WINDOWS undisturbed windows (or MAX_WINDOWS) are in. */
+/* Points of window w that stalls could have cost at most: stall time beyond the burst x share. */
+static double stall_cost(const struct window *w, double expected, uint64_t *longest)
+{
+    return (double)stall_excess(w->start, w->end, longest) * expected / 100.0 / (double)POINT_NS;
+}
+
+/*
+ * Runs the workload window by window until WINDOWS undisturbed windows are in (or MAX_WINDOWS were
+ * tried). A window is judged once the next one has closed, so a stall straddling the boundary is
+ * counted in both.
+ */
 static struct result measure(struct workload *w, double expected)
 {
+    struct window win[MAX_WINDOWS];
     struct result r = {0};
-    uint64_t tp = tc_now_ns(), bp = tessera_stub_busy_ns(w->dev), busy = 0, span = 0;
-    double prev_cost = 0;
-    atomic_store(&worst_stall, 0), atomic_store(&excess_watchdog, 0), atomic_store(&excess_runq, 0);
-    while (r.used < WINDOWS && r.tried < MAX_WINDOWS) {
+    uint64_t busy = 0, span = 0, tp = tc_now_ns(), bp = tessera_stub_busy_ns(w->dev);
+    int judged = 0;
+    while (r.used < WINDOWS && judged < MAX_WINDOWS) {
         step(w);
         uint64_t now = tc_now_ns();
-        check_run_delay(now);
-        if (now - tp < WINDOW_NS)
-            continue;
-        uint64_t b = tessera_stub_busy_ns(w->dev), stall = atomic_exchange(&worst_stall, 0);
-        uint64_t wd = atomic_exchange(&excess_watchdog, 0), rq = atomic_exchange(&excess_runq, 0);
-        /* Points of this window the stalls could have cost at most. */
-        double cost = (double)(wd > rq ? wd : rq) * expected / 100.0 / (double)POINT_NS;
-        double u = 100.0 * (double)(b - bp) / (double)(now - tp), off = u > expected ? u - expected : expected - u;
-        r.tried++;
-        if (cost > 1 || prev_cost > 1) {
-            fprintf(stderr, "t_sm: window %d left out: %.1f%%; stalls (longest %.0f ms) could have cost %.1f points "
-                    "(%.1f in the window before)\n", r.tried, u, (double)stall / 1e6, cost, prev_cost);
-        } else {
-            busy += b - bp, span += now - tp, r.used++;
-            if (off > r.worst)
-                r.worst = off;
+        stall_poll(now);
+        if (r.tried < MAX_WINDOWS && now - tp >= WINDOW_NS) {
+            uint64_t b = tessera_stub_busy_ns(w->dev);
+            win[r.tried++] = (struct window){tp, now, b - bp};
+            tp = now, bp = b;
         }
-        prev_cost = cost, tp = now, bp = b;
+        for (; judged < r.tried - 1 || (r.tried == MAX_WINDOWS && judged < r.tried); judged++) {
+            const struct window *x = &win[judged];
+            uint64_t longest;
+            double cost = stall_cost(x, expected, &longest);
+            double u = 100.0 * (double)x->busy / (double)(x->end - x->start);
+            double off = u > expected ? u - expected : expected - u;
+            if (cost > 1) {
+                fprintf(stderr, "t_sm: window %d left out: %.1f%%; stalls (longest %.0f ms) could have cost %.1f points\n",
+                        judged + 1, u, (double)longest / 1e6, cost);
+                continue;
+            }
+            if (r.used == WINDOWS)
+                continue;
+            busy += x->busy, span += x->end - x->start, r.used++;
+            r.worst = off > r.worst ? off : r.worst;
+        }
     }
+    r.tried = judged;
     r.share = span ? 100.0 * (double)busy / (double)span : 0;
     return r;
 }
@@ -205,9 +171,7 @@ int main(int argc, char **argv)
     double tol = (double)env_u64("TOLERANCE", 5);
     struct workload w = {.dev = (int)env_u64("TEST_DEVICE", 0)};
     uint64_t t_start = tc_now_ns(), min_end = t_start + env_u64("TEST_MIN_SECONDS", 0) * 1000000000ULL;
-    pthread_t wd;
-    pthread_create(&wd, NULL, watchdog, NULL);
-    runq.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    stall_start(BURST_NS);
     tc_context(w.dev);
     int sms = 0;
     cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, w.dev);
@@ -220,7 +184,11 @@ int main(int argc, char **argv)
     while (tc_now_ns() - t_start < WARM_NS)
         step(&w);
     struct result r = measure(&w, expected);
-    while (tc_now_ns() < min_end)
+    /* Tenants sharing a card keep running until the partner has measured too (at most TEST_MIN_SECONDS). */
+    const char *done = getenv("TEST_DONE_FILE"), *partner = getenv("TEST_WAIT_FILE");
+    if (done)
+        close(open(done, O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+    while (tc_now_ns() < min_end && (!partner || access(partner, F_OK) != 0))
         step(&w);
     if (w.graph) {
         cuCtxSynchronize();

@@ -79,7 +79,13 @@ static void estimate(void)
 
 static bool contended(const struct sm_sample *s, int n, const int32_t *ours, int nours, int active, int card)
 {
-    struct sm_view v = {s, n, ours, nours, active, card};
+    struct sm_view v = {s, n, ours, nours, active, card, card, false};
+    return sm_contended(&v);
+}
+
+static bool still_contended(const struct sm_sample *s, int n, const int32_t *ours, int card_low, int card_high)
+{
+    struct sm_view v = {s, n, ours, 2, 1, card_low, card_high, true};
     return sm_contended(&v);
 }
 
@@ -102,6 +108,13 @@ static void contention(void)
     CASE("namespace pids: our own drop in use, seen late by the card counter, is not a neighbour");
     struct sm_sample falling[] = {{1, 45, 88}};
     CHECK(!contended(falling, 1, ours, 2, 1, 70), "lagging card counter");
+
+    CASE("namespace pids, hidden neighbour: a stall that dips the card counter does not uncap");
+    struct sm_sample capped_own[] = {{1, 27, 30}};
+    CHECK(still_contended(capped_own, 1, ours, 25, 88), "dip while capped");
+    struct sm_view start = {capped_own, 1, ours, 2, 1, 25, 88, false};
+    CHECK(!sm_contended(&start), "the same dip is not enough to become capped");
+    CHECK(!still_contended(capped_own, 1, ours, 24, 33), "neighbour gone: uncapped");
 
     CASE("host pids: more busy processes than the container has active");
     struct sm_sample host[] = {{3000001, 27, 28}, {3000777, 60, 62}};

@@ -58,7 +58,8 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 static void steer_burst(int i, uint64_t now)
 {
     struct region_card *rc = &tessera.region->cards[i];
-    if (sm.c[i].nvml && sm_contention_poll(i, sm.c[i].nvml, now)) {
+    bool was = atomic_load(&rc->capped);
+    if (sm.c[i].nvml && sm_contention_poll(i, sm.c[i].nvml, now, was)) {
         uint64_t until = now + HOLD_NS, cur = atomic_load(&rc->contended_until_ns);
         while (cur < until && !atomic_compare_exchange_weak(&rc->contended_until_ns, &cur, until))
             ;

@@ -105,7 +105,7 @@ int sm_active_procs(int card, uint64_t now)
     return n;
 }
 
-bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now)
+bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped)
 {
     struct card_hist *h = &hist[card];
     read_samples(h, nvml, now);
@@ -116,7 +116,7 @@ bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now)
     for (int i = 0; i < MAX_PIDS; i++)
         if (recent(h->pids[i].at, h->pids[i].util, h->pids[i].n, now, &avg, &lo, &hi))
             samples[ns++] = (struct sm_sample){h->pids[i].pid, avg, hi};
-    int card_low = recent(h->card_at, h->card_util, h->ncard, now, &avg, &lo, &hi) ? (int)lo : -1;
+    bool have_card = recent(h->card_at, h->card_util, h->ncard, now, &avg, &lo, &hi);
     int32_t ours[MAX_OURS];
     int nours = region_live_procs(tessera.region, ours, MAX_OURS);
     struct sm_view v = {
@@ -125,7 +125,9 @@ bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now)
         .ours = ours,
         .nours = nours < MAX_OURS ? nours : MAX_OURS,
         .ours_active = sm_active_procs(card, now),
-        .card_low = card_low,
+        .card_low = have_card ? (int)lo : -1,
+        .card_high = have_card ? (int)hi : -1,
+        .capped = capped,
     };
     return sm_contended(&v);
 }

@@ -13,7 +13,7 @@
 #include "../common/state.h"
 
 /* Polls NVML for card (its handle nvml) at now; returns true when a neighbour uses the card. */
-bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now);
+bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped);
 /* Container processes that launched on card within the last second. */
 int sm_active_procs(int card, uint64_t now);
 

@@ -95,6 +95,7 @@ bool sm_contended(const struct sm_view *v)
         }
     }
     if (matched > 0)
-        return busy_foreign > 0 || (v->card_low >= 0 && v->card_low > (int)own_peak + SM_FOREIGN_MARGIN);
+        return busy_foreign > 0 ||
+               (v->card_low >= 0 && (v->capped ? v->card_high : v->card_low) > (int)own_peak + SM_FOREIGN_MARGIN);
     return busy > v->ours_active;
 }

@@ -51,16 +51,19 @@ struct sm_view {
     const int32_t *ours;         /* pids of the container's live processes, as it sees them */
     int nours;
     int ours_active;             /* container processes that launched on the card in the last second */
-    int card_low;                /* lowest card utilisation read in the last second; -1 = unknown */
+    int card_low, card_high;     /* lowest and highest card utilisation read in the last second; -1 = unknown */
+    bool capped;                 /* the container is capped now (burst-share saw a neighbour lately) */
 };
 #define SM_ACTIVE_PCT 5          /* a process sampled at least this busy is using the card */
 #define SM_FOREIGN_MARGIN 10     /* card busier than the container's own samples by this much = neighbours */
 /*
  * True when another container uses the card. Where NVML shows our pids (same pid namespace),
  * any other busy pid is a neighbour, and so is card utilisation beyond our own samples (drivers
- * that hide other namespaces' processes): the card's lowest reading of the last second against our
- * samples' peak, because the card counter lags the per-process samples and would otherwise read
- * our own fall in use as somebody else's. Where NVML shows none of our pids (a driver reporting
+ * that hide other namespaces' processes). To become capped, the card's lowest reading of the last
+ * second must exceed our samples' peak: the card counter lags the per-process samples and would
+ * otherwise read our own fall in use as somebody else's. To stay capped, its highest reading is
+ * enough: a dip (everything on the card stalled for a moment) must not uncap a container whose
+ * neighbour is still there. Where NVML shows none of our pids (a driver reporting
  * host pids), busy processes beyond the number of our own active ones are neighbours.
  */
 bool sm_contended(const struct sm_view *v);
