@@ -10,6 +10,10 @@
 #define TABLE 1024                   /* kernels and graphs with an estimate of their own */
 #define FIRST_WAVE_NS 100000ULL      /* first guesses, settled against the first measurement */
 #define FIRST_GRAPH_NS 1000000ULL
+/* A kernel with this many clean timings in its current bucket is timed only one launch in SAMPLE_EVERY:
+ * the events cost microseconds per launch on a real driver, and launch-bound work feels it. */
+#define WELL_KNOWN 16
+#define SAMPLE_EVERY 8
 
 struct pending {
     CUevent start, end;
@@ -27,6 +31,7 @@ struct spare {
 struct entry {
     const void *key;
     struct sm_est est;
+    unsigned launches;           /* since it became well known: picks the ones to time */
 };
 
 static struct {
@@ -65,6 +70,7 @@ uint64_t sm_timing_estimate(struct sm_ticket *t, uint64_t now)
     struct entry *e = lookup(t->key, 0);
     uint64_t per = e ? sm_est_get(&e->est, now) : 0;
     t->guessed = per == 0;
+    t->sample = t->guessed || !e || e->est.cur.n < WELL_KNOWN || e->launches++ % SAMPLE_EVERY == 0;
     if (!per) {
         per = t->graph ? tm.last_graph_ns[t->card] : tm.last_wave_ns[t->card];
         if (!per)
@@ -103,6 +109,13 @@ static void give_event(CUevent ev, CUcontext ctx)
         tessera_cuda.cuEventDestroy_v2(ev);
 }
 
+/* An event the driver refused (its context may be gone, and a new one may reuse the address). */
+static void drop_event(CUevent ev)
+{
+    if (ev && tessera_cuda.cuEventDestroy_v2)
+        tessera_cuda.cuEventDestroy_v2(ev);
+}
+
 static void warn_untimed(const char *why)
 {
     if (__atomic_exchange_n(&tm.warned, 1, __ATOMIC_RELAXED))
@@ -121,6 +134,8 @@ static CUcontext current_ctx(void)
 void sm_timing_start(struct sm_ticket *t, CUstream s)
 {
     t->timed = 0;
+    if (!t->sample)
+        return;
     CUcontext ctx = current_ctx();
     if (!ctx || !tessera_cuda.cuEventRecord || !tessera_cuda.cuEventQuery || !tessera_cuda.cuEventElapsedTime) {
         warn_untimed("no current context or no event API");
@@ -132,9 +147,7 @@ void sm_timing_start(struct sm_ticket *t, CUstream s)
         return;
     }
     if (tessera_cuda.cuEventRecord(ev, s) != CUDA_SUCCESS) {
-        pthread_mutex_lock(&tm.mu);
-        give_event(ev, ctx);
-        pthread_mutex_unlock(&tm.mu);
+        drop_event(ev);
         warn_untimed("cuEventRecord failed");
         return;
     }
@@ -151,7 +164,10 @@ static int harvest_one(uint64_t now)
     if (q == CUDA_ERROR_NOT_READY)
         return 0;
     float ms = 0;
-    if (q == CUDA_SUCCESS && tessera_cuda.cuEventElapsedTime(&ms, p->start, p->end) == CUDA_SUCCESS) {
+    if (q != CUDA_SUCCESS) {
+        drop_event(p->start);
+        drop_event(p->end);
+    } else if (tessera_cuda.cuEventElapsedTime(&ms, p->start, p->end) == CUDA_SUCCESS) {
         uint64_t ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0, per = ns / (p->units ? p->units : 1);
         struct entry *e = lookup(p->key, 1);
         if (e)
@@ -161,8 +177,10 @@ static int harvest_one(uint64_t now)
         if (p->guessed && tm.settle)
             tm.settle(p->card, (int64_t)ns - (int64_t)p->charged);
     }
-    give_event(p->start, p->ctx);
-    give_event(p->end, p->ctx);
+    if (q == CUDA_SUCCESS) {
+        give_event(p->start, p->ctx);
+        give_event(p->end, p->ctx);
+    }
     tm.head = (tm.head + 1) % PENDING;
     tm.count--;
     return 1;
@@ -185,9 +203,7 @@ void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc)
     CUcontext ctx = t->ctx;
     CUevent end = rc == CUDA_SUCCESS ? take_event(ctx) : NULL;
     if (end && tessera_cuda.cuEventRecord(end, s) != CUDA_SUCCESS) {
-        pthread_mutex_lock(&tm.mu);
-        give_event(end, ctx);
-        pthread_mutex_unlock(&tm.mu);
+        drop_event(end);
         end = NULL;
     }
     pthread_mutex_lock(&tm.mu);

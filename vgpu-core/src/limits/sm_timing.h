@@ -1,6 +1,7 @@
 /*
  * Launch timing: how much GPU time the container's own launches take, measured by the library
- * itself with a pair of events around each metered launch, never read from NVML. Completed pairs
+ * itself with a pair of events around metered launches (every launch of a kernel until its
+ * estimate is well established, then one in eight), never read from NVML. Completed pairs
  * are harvested on later launches and feed a per-kernel (per-graph) estimate of its own GPU time,
  * which is what the next launch of that kernel is charged. Per process; thread-safe.
  */
@@ -15,6 +16,7 @@ struct sm_ticket {
     int card;
     int timed;                   /* events were recorded around the launch */
     int guessed;                 /* charged a default: settle against the measurement */
+    int sample;                  /* worth timing (set by sm_timing_estimate) */
     int graph;
     const void *key;             /* CUfunction or CUgraphExec */
     uint64_t units;              /* waves of blocks, or 1 for a graph replay */
@@ -24,7 +26,8 @@ struct sm_ticket {
     CUcontext ctx;
 };
 
-/* GPU time a launch is expected to take; sets t->guessed when no measurement backs it. */
+/* GPU time a launch is expected to take; sets t->guessed when no measurement backs it and t->sample
+ * when the launch should be timed. */
 uint64_t sm_timing_estimate(struct sm_ticket *t, uint64_t now);
 /* Records the start event on s (before the launch); leaves t->timed 0 when timing is unavailable. */
 void sm_timing_start(struct sm_ticket *t, CUstream s);
