@@ -162,7 +162,7 @@ sm_wait
 echo "-- SM limiter, batch 2 of 2: graph replay, containers sharing a card (~5 s, longer when the machine stalls) --"
 for c in 80:10 80:50 80:90 188:30 188:70; do
   sms=${c%:*} pct=${c#*:}
-  sm "sm: $sms SMs, graph replay (cuGraphLaunch, also via cuGetProcAddress) held at $pct%" $pct LD_PRELOAD="$PRE" \
+  sm "sm: $sms SMs, graph replay (cuGraphLaunch, also via cuGetProcAddress and _v2) held at $pct%" $pct LD_PRELOAD="$PRE" \
     TESSERA_STUB_SMS=$sms TESSERA_SM_LIMIT=$pct TEST_GRAPH=1
 done
 pair "sm: 30%/70% in two pid namespaces, driver reports host pids, 80 SMs" TESSERA_STUB_SMS=80 \

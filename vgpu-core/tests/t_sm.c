@@ -6,7 +6,8 @@
  *   TOLERANCE        allowed deviation of the measured share in points (default 5)
  *   TEST_KERNEL      stub kernel name (default sleep_200us)
  *   TEST_GRAPH=1     replay a captured CUDA graph (cuGraphLaunch, directly and through
- *                    cuGetProcAddress as the CUDA runtime does) instead of plain launches
+ *                    cuGetProcAddress and cuGetProcAddress_v2 as CUDA runtimes do) instead of plain
+ *                    launches
  *   TEST_DONE_FILE   created when this process has measured
  *   TEST_WAIT_FILE   keep launching until this file exists (a tenant's partner has measured), at most
  *                    until TEST_MIN_SECONDS after the start
@@ -42,7 +43,7 @@ struct workload {
     unsigned i;
     CUgraphExec graph;
     CUstream stream;
-    cuGraphLaunch_fn graph_via_procaddr;
+    cuGraphLaunch_fn graph_via_procaddr, graph_via_procaddr_v2;
 };
 
 /* Launches into a capturing stream only record nodes: the limiter must not make them wait. */
@@ -74,13 +75,16 @@ static void setup_graph(struct workload *w)
     }
     for (int j = 0; j < 4; j++)
         cuLaunchKernel(w->k, w->grids[j], 1, 1, 128, 1, 1, 0, w->stream, NULL, NULL);
-    void *fn = NULL;
+    void *fn = NULL, *fn2 = NULL;
+    CUdriverProcAddressQueryResult st;
     if (cuStreamEndCapture(w->stream, &g) != CUDA_SUCCESS || cuGraphInstantiateWithFlags(&w->graph, g, 0) != CUDA_SUCCESS ||
-        cuGetProcAddress("cuGraphLaunch", &fn, 12000, 0) != CUDA_SUCCESS || !fn) {
+        cuGetProcAddress("cuGraphLaunch", &fn, 12000, 0) != CUDA_SUCCESS || !fn ||
+        cuGetProcAddress_v2("cuGraphLaunch", &fn2, 12040, 0, &st) != CUDA_SUCCESS || !fn2) {
         fprintf(stderr, "cannot instantiate the graph\n");
         exit(2);
     }
     w->graph_via_procaddr = (cuGraphLaunch_fn)fn;
+    w->graph_via_procaddr_v2 = (cuGraphLaunch_fn)fn2;
     cuGraphDestroy(g);
 }
 
@@ -89,7 +93,8 @@ static void step(struct workload *w)
     CUresult rc;
     unsigned g = w->grids[w->i % 4];
     if (w->graph) {
-        rc = w->i % 2 ? w->graph_via_procaddr(w->graph, w->stream) : cuGraphLaunch(w->graph, w->stream);
+        cuGraphLaunch_fn via[3] = {cuGraphLaunch, w->graph_via_procaddr, w->graph_via_procaddr_v2};
+        rc = via[w->i % 3](w->graph, w->stream);
     } else if (w->i % 3 == 0) {
         rc = cuLaunchKernel(w->k, g, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
     } else if (w->i % 3 == 1) {
