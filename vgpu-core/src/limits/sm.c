@@ -17,7 +17,9 @@
 #define HOLD_NS 2000000000ULL        /* burst-share stays capped this long after a neighbour was seen */
 #define LOG_PERIOD_NS 1000000000ULL
 
+/* Per CUDA device ordinal. */
 struct sm_card {
+    int card;                        /* the container's card: index into the limits and the region */
     int limited;
     unsigned limit;                  /* percent */
     unsigned sms;
@@ -54,12 +56,17 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
              b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
+static struct region_card *region_of(int dev)
+{
+    return &tessera.region->cards[sm.c[dev].card];
+}
+
 /* burst-share: caps the card while a neighbour was seen within the hold time. */
 static void steer_burst(int i, uint64_t now)
 {
-    struct region_card *rc = &tessera.region->cards[i];
+    struct region_card *rc = region_of(i);
     bool was = atomic_load(&rc->capped);
-    if (sm.c[i].nvml && sm_contention_poll(i, sm.c[i].nvml, now, was)) {
+    if (sm.c[i].nvml && sm_contention_poll(sm.c[i].card, sm.c[i].nvml, now, was)) {
         uint64_t until = now + HOLD_NS, cur = atomic_load(&rc->contended_until_ns);
         while (cur < until && !atomic_compare_exchange_weak(&rc->contended_until_ns, &cur, until))
             ;
@@ -73,7 +80,7 @@ static void steer_burst(int i, uint64_t now)
 /* One process per card and second logs the share the container was charged. */
 static void log_share(int i, uint64_t now)
 {
-    struct region_card *rc = &tessera.region->cards[i];
+    struct region_card *rc = region_of(i);
     uint64_t last = atomic_load(&rc->ctl_last_ns);
     if (now - last < LOG_PERIOD_NS || !atomic_compare_exchange_strong(&rc->ctl_last_ns, &last, now))
         return;
@@ -109,7 +116,8 @@ static void *controller(void *arg)
 static void setup_card(int i, int have_nvml)
 {
     struct sm_card *c = &sm.c[i];
-    c->limit = tessera_config_sm_limit(&tessera.cfg, i);
+    c->card = i; /* device ordinal i is the container's card i */
+    c->limit = tessera_config_sm_limit(&tessera.cfg, c->card);
     c->limited = c->limit < 100;
     int sms = 0;
     if (!tessera_cuda.cuDeviceGetAttribute ||
@@ -119,7 +127,7 @@ static void setup_card(int i, int have_nvml)
     if (!c->limited)
         return;
     char uuid[TESSERA_UUID_LEN];
-    const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, i);
+    const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, c->card);
     CUuuid raw;
     if (cfg_uuid)
         snprintf(uuid, sizeof uuid, "%s", cfg_uuid);
@@ -135,7 +143,7 @@ static void setup_card(int i, int have_nvml)
         TLOG(TLOG_ERROR, "card %d (%s): no NVML handle; burst-share cannot see neighbours and stays uncapped", i,
              uuid);
     if (tessera.cfg.qos == QOS_FIXED_SHARE)
-        atomic_store(&tessera.region->cards[i].capped, 1);
+        atomic_store(&region_of(i)->capped, 1);
     TLOG(TLOG_INFO, "card %d: %u SMs, SM limit %u%% (%s)", i, c->sms, c->limit,
          tessera.cfg.qos == QOS_FIXED_SHARE ? "fixed-share" : "burst-share");
 }
@@ -171,10 +179,10 @@ out:
 }
 
 /* Moves the budget by the difference between a guessed charge and the launch's measured time. */
-static void settle(int card, int64_t delta_ns)
+static void settle(int dev, int64_t delta_ns)
 {
-    struct region_card *rc = &tessera.region->cards[card];
-    uint64_t cost = sm_cost((uint64_t)(delta_ns < 0 ? -delta_ns : delta_ns), sm.c[card].limit);
+    struct region_card *rc = region_of(dev);
+    uint64_t cost = sm_cost((uint64_t)(delta_ns < 0 ? -delta_ns : delta_ns), sm.c[dev].limit);
     if (delta_ns < 0) {
         atomic_fetch_sub(&rc->tat_ns, cost);
         atomic_fetch_sub(&rc->charged_ns, (uint64_t)-delta_ns);
@@ -216,22 +224,23 @@ int tessera_sm_begin(struct sm_ticket *t, const void *key, uint64_t blocks, int 
         if (!atomic_load(&sm.ready))
             return 0;
     }
-    int card = sm.ncards == 1 ? 0 : tessera_current_card();
-    if (card < 0 || card >= sm.ncards || !sm.c[card].limited)
+    int dev = sm.ncards == 1 ? 0 : tessera_current_card();
+    if (dev < 0 || dev >= sm.ncards || !sm.c[dev].limited)
         return 0;
-    struct region_card *rc = &tessera.region->cards[card];
+    struct sm_card *c = &sm.c[dev];
+    struct region_card *rc = region_of(dev);
     int slot = tessera_slot();
     uint64_t now = mono_ns();
     if (slot >= 0)
-        atomic_store_explicit(&tessera.region->sm_active_ns[slot][card], now, memory_order_relaxed);
+        atomic_store_explicit(&tessera.region->sm_active_ns[slot][c->card], now, memory_order_relaxed);
     if (!atomic_load_explicit(&rc->capped, memory_order_relaxed) || capturing(s))
         return 0;
     sm_timing_harvest(now, settle);
-    *t = (struct sm_ticket){.card = card, .key = key, .graph = graph};
-    t->units = graph ? 1 : (blocks + sm.c[card].sms - 1) / sm.c[card].sms;
+    *t = (struct sm_ticket){.dev = dev, .key = key, .graph = graph};
+    t->units = graph ? 1 : (blocks + c->sms - 1) / c->sms;
     t->units = t->units ? t->units : 1;
     t->charged_ns = sm_timing_estimate(t, now);
-    t->cost_ns = sm_cost(t->charged_ns, sm.c[card].limit);
+    t->cost_ns = sm_cost(t->charged_ns, c->limit);
     atomic_fetch_add(&rc->charged_ns, t->charged_ns);
     admit(rc, now, t->cost_ns);
     sm_timing_start(t, s);
@@ -242,9 +251,9 @@ void tessera_sm_end(struct sm_ticket *t, CUstream s, CUresult rc)
 {
     if (rc != CUDA_SUCCESS) {
         /* Nothing ran: give the budget back. */
-        struct region_card *c = &tessera.region->cards[t->card];
-        atomic_fetch_sub(&c->tat_ns, t->cost_ns);
-        atomic_fetch_sub(&c->charged_ns, t->charged_ns);
+        struct region_card *rc = region_of(t->dev);
+        atomic_fetch_sub(&rc->tat_ns, t->cost_ns);
+        atomic_fetch_sub(&rc->charged_ns, t->charged_ns);
     }
     sm_timing_finish(t, s, rc);
 }

@@ -20,7 +20,7 @@ struct pending {
     CUcontext ctx;
     const void *key;
     uint64_t units, charged;
-    int card, guessed, graph;
+    int dev, guessed, graph;
 };
 
 struct spare {
@@ -41,8 +41,8 @@ static struct {
     struct spare pool[POOL];
     unsigned npool;
     struct entry table[TABLE];
-    uint64_t last_wave_ns[TESSERA_MAX_CARDS], last_graph_ns[TESSERA_MAX_CARDS];
-    void (*settle)(int card, int64_t delta_ns);
+    uint64_t last_wave_ns[TESSERA_MAX_CARDS], last_graph_ns[TESSERA_MAX_CARDS]; /* per device */
+    void (*settle)(int dev, int64_t delta_ns);
     uint64_t now;                    /* clock at the last harvest */
     int warned;
 } tm = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -72,7 +72,7 @@ uint64_t sm_timing_estimate(struct sm_ticket *t, uint64_t now)
     t->guessed = per == 0;
     t->sample = t->guessed || !e || e->est.cur.n < WELL_KNOWN || e->launches++ % SAMPLE_EVERY == 0;
     if (!per) {
-        per = t->graph ? tm.last_graph_ns[t->card] : tm.last_wave_ns[t->card];
+        per = t->graph ? tm.last_graph_ns[t->dev] : tm.last_wave_ns[t->dev];
         if (!per)
             per = t->graph ? FIRST_GRAPH_NS : FIRST_WAVE_NS;
     }
@@ -173,9 +173,9 @@ static int harvest_one(uint64_t now)
         if (e)
             sm_est_observe(&e->est, now, per);
         if (per)
-            *(p->graph ? &tm.last_graph_ns[p->card] : &tm.last_wave_ns[p->card]) = per;
+            *(p->graph ? &tm.last_graph_ns[p->dev] : &tm.last_wave_ns[p->dev]) = per;
         if (p->guessed && tm.settle)
-            tm.settle(p->card, (int64_t)ns - (int64_t)p->charged);
+            tm.settle(p->dev, (int64_t)ns - (int64_t)p->charged);
     }
     if (q == CUDA_SUCCESS) {
         give_event(p->start, p->ctx);
@@ -186,7 +186,7 @@ static int harvest_one(uint64_t now)
     return 1;
 }
 
-void sm_timing_harvest(uint64_t now, void (*settle)(int card, int64_t delta_ns))
+void sm_timing_harvest(uint64_t now, void (*settle)(int dev, int64_t delta_ns))
 {
     pthread_mutex_lock(&tm.mu);
     tm.settle = settle;
@@ -224,7 +224,7 @@ void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc)
     }
     if (tm.count < PENDING) {
         tm.ring[(tm.head + tm.count) % PENDING] =
-            (struct pending){t->start, end, ctx, t->key, t->units, t->charged_ns, t->card, t->guessed, t->graph};
+            (struct pending){t->start, end, ctx, t->key, t->units, t->charged_ns, t->dev, t->guessed, t->graph};
         tm.count++;
     } else {
         give_event(t->start, ctx);

@@ -13,7 +13,7 @@
 #include "../common/state.h"
 
 struct sm_ticket {
-    int card;
+    int dev;                     /* CUDA device ordinal of the launch */
     int timed;                   /* events were recorded around the launch */
     int guessed;                 /* charged a default: settle against the measurement */
     int sample;                  /* worth timing (set by sm_timing_estimate) */
@@ -35,9 +35,9 @@ void sm_timing_start(struct sm_ticket *t, CUstream s);
 void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc);
 /*
  * Harvests completed pairs (now: the monotonic clock): updates the estimates, and calls
- * settle(card, measured - charged) for launches that were charged a guess.
+ * settle(dev, measured - charged) for launches that were charged a guess.
  */
-void sm_timing_harvest(uint64_t now, void (*settle)(int card, int64_t delta_ns));
+void sm_timing_harvest(uint64_t now, void (*settle)(int dev, int64_t delta_ns));
 void sm_timing_after_fork(void);
 
 #endif
