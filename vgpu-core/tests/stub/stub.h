@@ -22,8 +22,9 @@
  *                             and order the cards seen as ordinals; NVML keeps physical indices
  *   TESSERA_STUB_FOREIGN      file with one "processes utilisation%" line per card, re-read on every
  *                             NVML query: simulates other containers on the card
- * Kernels: cuModuleGetFunction(&f, mod, "sleep_<N>us") makes a kernel whose every block runs N µs on
- * one SM; a launch of B blocks on a card of S SMs runs ceil(B/S)*N µs (± the jitter). Kernels run one at a time.
+ * Kernels: cuModuleGetFunction(&f, mod, "sleep_<N>us") on a cuModuleLoad module makes a kernel whose every
+ * block runs N µs on one SM; an `.entry` of PTX text given to cuModuleLoadData runs each block for its first
+ * parameter (u64 ns), see stub_module.c; a launch of B blocks on a card of S SMs runs ceil(B/S)*N µs (± the jitter). Kernels run one at a time.
  * Events time a process's own stream (a kernel that waited behind a neighbour looks longer);
  * streams capture launches into graphs that cuGraphLaunch replays (stub_exec.h).
  */

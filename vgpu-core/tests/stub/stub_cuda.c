@@ -30,10 +30,6 @@ struct alloc {
     const void *owner;   /* the context whose destruction frees it (synchronous allocations, arrays) */
 };
 
-struct func {
-    uint64_t block_ns;
-};
-
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int ndev, initialised;
@@ -433,47 +429,24 @@ API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a)
     return give((uintptr_t)a, 4);
 }
 
-API CUresult cuModuleLoad(CUmodule *m, const char *path)
-{
-    (void)path;
-    NEED_CTX();
-    static int module;
-    *m = (CUmodule)&module;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
-{
-    (void)m;
-    NEED_CTX();
-    unsigned long us;
-    char tail[8];
-    if (sscanf(name, "sleep_%lu%7s", &us, tail) != 2 || strcmp(tail, "us") != 0)
-        return CUDA_ERROR_NOT_FOUND;
-    /* Functions live as long as the process, as a module's would: a fixed pool, never freed. */
-    static struct func pool[64];
-    static unsigned used;
-    pthread_mutex_lock(&mu);
-    struct func *fn = used < 64 ? &pool[used++] : NULL;
-    pthread_mutex_unlock(&mu);
-    if (!fn)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    fn->block_ns = us * 1000ULL;
-    *f = (CUfunction)fn;
-    return CUDA_SUCCESS;
-}
-
-/* Runs a kernel of `blocks` blocks on the current context's card, or records it into a capture. */
-CUresult stub_launch(CUfunction f, uint64_t blocks, CUstream s)
+/* Runs a kernel of `blocks` blocks of block_ns each on the current context's card, or records it into a
+ * capture. */
+CUresult stub_launch(CUfunction f, uint64_t blocks, uint64_t block_ns, CUstream s)
 {
     NEED_CTX();
     if (!f || blocks == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (stub_capture(s, f, blocks))
+    if (stub_capture(s, f, blocks, block_ns))
         return CUDA_SUCCESS;
     struct dev *v = &devs[current->dev];
-    sim_kernel(current->dev, ((blocks + v->sms - 1) / v->sms) * ((struct func *)f)->block_ns);
+    sim_kernel(current->dev, ((blocks + v->sms - 1) / v->sms) * block_ns);
     return CUDA_SUCCESS;
+}
+
+/* A launch from the API: the block duration comes from the function (stub_module.c). */
+static CUresult launch_api(CUfunction f, uint64_t blocks, void **params, CUstream s)
+{
+    return stub_launch(f, blocks, f ? stub_block_ns(f, params) : 0, s);
 }
 
 int stub_current_dev(void)
@@ -484,21 +457,21 @@ int stub_current_dev(void)
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
-    (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
-    return stub_launch(f, (uint64_t)gx * gy * gz, s);
+    (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+    return launch_api(f, (uint64_t)gx * gy * gz, params, s);
 }
 
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
-    (void)bx, (void)by, (void)bz, (void)shmem, (void)params, (void)extra;
-    return stub_launch(f, (uint64_t)gx * gy * gz, s ? s : CU_STREAM_PER_THREAD);
+    (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+    return launch_api(f, (uint64_t)gx * gy * gz, params, s ? s : CU_STREAM_PER_THREAD);
 }
 
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-    (void)params, (void)extra;
-    return stub_launch(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ, c->hStream);
+    (void)extra;
+    return launch_api(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ, params, c->hStream);
 }
 
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
@@ -557,7 +530,8 @@ static const struct proc procs[] = {
     P(cuMemAllocPitch_v2) P(cuMemFree_v2) P(cuMemAllocAsync) P(cuMemAllocAsync_ptsz) P(cuMemAllocFromPoolAsync)
     P(cuMemAllocFromPoolAsync_ptsz) P(cuMemFreeAsync) P(cuMemFreeAsync_ptsz) P(cuMemCreate) P(cuMemRelease)
     P(cuArrayCreate_v2) P(cuArray3DCreate_v2) P(cuArrayDestroy) P(cuMipmappedArrayCreate)
-    P(cuMipmappedArrayDestroy) P(cuModuleLoad) P(cuModuleGetFunction) P(cuLaunchKernel) P(cuLaunchKernel_ptsz)
+    P(cuMipmappedArrayDestroy) P(cuModuleLoad) P(cuModuleLoadData) P(cuModuleUnload) P(cuModuleGetFunction)
+    P(cuLaunchKernel) P(cuLaunchKernel_ptsz)
     P(cuLaunchKernelEx) P(cuLaunchKernelEx_ptsz) P(cuLaunchCooperativeKernel) P(cuLaunchCooperativeKernel_ptsz)
     P(cuCtxSynchronize) P(cuStreamSynchronize) P(cuGetProcAddress) P(cuGetProcAddress_v2)
     STUB_EXEC_PROCS(P)

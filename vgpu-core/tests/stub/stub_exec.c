@@ -13,7 +13,7 @@
 
 struct node {
     CUfunction f;
-    uint64_t blocks;
+    uint64_t blocks, block_ns;
 };
 
 struct graph {
@@ -38,13 +38,13 @@ static struct stream *stream_of(CUstream s)
     return (uintptr_t)s > (uintptr_t)CU_STREAM_PER_THREAD ? (struct stream *)s : NULL;
 }
 
-int stub_capture(CUstream s, CUfunction f, uint64_t blocks)
+int stub_capture(CUstream s, CUfunction f, uint64_t blocks, uint64_t block_ns)
 {
     struct stream *st = stream_of(s);
     if (!st || !st->capturing)
         return 0;
     if (st->g->n < MAX_NODES)
-        st->g->nodes[st->g->n++] = (struct node){f, blocks};
+        st->g->nodes[st->g->n++] = (struct node){f, blocks, block_ns};
     return 1;
 }
 
@@ -130,7 +130,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
     if (!x)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < x->n; i++) {
-        CUresult rc = stub_launch(x->nodes[i].f, x->nodes[i].blocks, s);
+        CUresult rc = stub_launch(x->nodes[i].f, x->nodes[i].blocks, x->nodes[i].block_ns, s);
         if (rc != CUDA_SUCCESS)
             return rc;
     }

@@ -12,11 +12,18 @@
 
 #define STUB_API __attribute__((visibility("default")))
 
-/* From stub_cuda.c: runs (or captures) a launch; the current context's card. */
-CUresult stub_launch(CUfunction f, uint64_t blocks, CUstream s);
+/* From stub_cuda.c: runs (or captures) a launch of blocks x block_ns; the current context's card. */
+CUresult stub_launch(CUfunction f, uint64_t blocks, uint64_t block_ns, CUstream s);
 int stub_current_dev(void);
 /* Records the launch into s when s is capturing; returns 1 when it did. */
-int stub_capture(CUstream s, CUfunction f, uint64_t blocks);
+int stub_capture(CUstream s, CUfunction f, uint64_t blocks, uint64_t block_ns);
+/* From stub_module.c: how long each block of a launch of f with these parameters runs. */
+uint64_t stub_block_ns(CUfunction f, void **params);
+
+STUB_API CUresult cuModuleLoad(CUmodule *m, const char *path);
+STUB_API CUresult cuModuleLoadData(CUmodule *m, const void *image);
+STUB_API CUresult cuModuleUnload(CUmodule m);
+STUB_API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 
 STUB_API CUresult cuStreamCreate(CUstream *s, unsigned int flags);
 STUB_API CUresult cuStreamDestroy_v2(CUstream s);
