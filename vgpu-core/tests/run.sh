@@ -222,6 +222,15 @@ sm "sm: burst-share with another container on the card (NVML only) is capped" 30
   TESSERA_SM_LIMIT=30 TESSERA_QOS=burst-share TESSERA_STUB_FOREIGN="$TMP/foreign"
 sm_wait
 
+# The GPU test kit (gputest/), unchanged, against the stub: what `make gpu-test` runs on a real card. Its
+# workers preload the library alone, so the sanitizer pass (which needs libasan first) skips it.
+if [ "$SAN" = 0 ]; then
+  echo "-- GPU test kit on the stub driver (~35 s) --"
+  run "gputest: the GPU test kit passes on the stub driver (memory, SM shares, graphs, pid namespaces, remap)" \
+    env LD_LIBRARY_PATH="$STUB" TMPDIR="$TMP" "$PWD/$BUILD/gputest/gputest" --lib "$LIB"
+  [ "${FAILED[*]}" != "${FAILED[*]%gputest:*}" ] || sed 's/^/      /' "$TMP/out.$((PASS + FAIL - 1))"
+fi
+
 echo "== $BUILD: $PASS passed, $FAIL failed =="
 for f in "${FAILED[@]}"; do echo "   failed: $f"; done
 [ "$FAIL" = 0 ]
