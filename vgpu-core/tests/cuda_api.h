@@ -70,6 +70,11 @@ CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
 CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
                                 CUDA_MEM_ALLOC_NODE_PARAMS *params);
 CUresult cuGraphDestroy(CUgraph g);
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+CUresult cuGraphExecDestroy(CUgraphExec e);
 
 /* cuInit + a context on device `dev`; exits the test on failure. */
 static inline void tc_context(int dev)

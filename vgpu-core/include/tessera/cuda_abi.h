@@ -22,6 +22,7 @@ typedef enum cudaError_enum {
     CUDA_ERROR_DEINITIALIZED = 4,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_OPERATING_SYSTEM = 304,
     CUDA_ERROR_INVALID_HANDLE = 400,
@@ -45,10 +46,29 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 /* The stream handles that name the current context's default streams. */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+typedef enum CUevent_flags_enum {
+    CU_EVENT_DEFAULT = 0x0,
+    CU_EVENT_BLOCKING_SYNC = 0x1,
+    CU_EVENT_DISABLE_TIMING = 0x2
+} CUevent_flags;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -202,6 +222,14 @@ typedef CUresult (*cuLaunchKernelEx_fn)(const CUlaunchConfig *, CUfunction, void
 typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned int, unsigned int, unsigned int,
                                                  unsigned int, unsigned int, unsigned int, unsigned int,
                                                  CUstream, void **);
+typedef CUresult (*cuGraphLaunch_fn)(CUgraphExec, CUstream);
+typedef CUresult (*cuEventCreate_fn)(CUevent *, unsigned int);
+typedef CUresult (*cuEventRecord_fn)(CUevent, CUstream);
+typedef CUresult (*cuEventQuery_fn)(CUevent);
+typedef CUresult (*cuEventSynchronize_fn)(CUevent);
+typedef CUresult (*cuEventElapsedTime_fn)(float *, CUevent, CUevent);
+typedef CUresult (*cuEventDestroy_fn)(CUevent);
+typedef CUresult (*cuStreamIsCapturing_fn)(CUstream, CUstreamCaptureStatus *);
 typedef CUresult (*cuGetProcAddress_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*cuGetProcAddress_v2_fn)(const char *, void **, int, cuuint64_t,
                                            CUdriverProcAddressQueryResult *);
@@ -221,7 +249,6 @@ typedef CUresult (*cuDevicePrimaryCtxReset_fn)(CUdevice);
 typedef CUresult (*cuDevicePrimaryCtxGetState_fn)(CUdevice, unsigned int *, int *);
 typedef CUresult (*cuStreamGetCtx_fn)(CUstream, CUcontext *);
 typedef CUresult (*cuStreamSynchronize_fn)(CUstream);
-typedef CUresult (*cuEventSynchronize_fn)(CUevent);
 typedef CUresult (*cuDeviceGetMemPool_fn)(CUmemoryPool *, CUdevice);
 typedef CUresult (*cuMemPoolCreate_fn)(CUmemoryPool *, const CUmemPoolProps *);
 typedef CUresult (*cuMemPoolDestroy_fn)(CUmemoryPool);

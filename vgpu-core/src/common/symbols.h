@@ -39,6 +39,8 @@
     X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx_fn)                    \
     X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_fn)       \
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_fn)  \
+    X(cuGraphLaunch, cuGraphLaunch_fn)                               \
+    X(cuGraphLaunch_ptsz, cuGraphLaunch_fn)                          \
     X(cuMemAlloc, cuMemAlloc_v1_fn)                                  \
     X(cuMemAllocPitch, cuMemAllocPitch_v1_fn)                        \
     X(cuMemGetInfo, cuMemGetInfo_v1_fn)                              \
@@ -74,13 +76,24 @@
     X(cuDeviceGetAttribute, cuDeviceGetAttribute_fn)                 \
     X(cuDeviceGetUuid, cuDeviceGetUuid_fn)                           \
     X(cuDeviceGetUuid_v2, cuDeviceGetUuid_fn)                        \
-    X(cuCtxGetCurrent, cuCtxGetCurrent_fn)                           \
     X(cuCtxPushCurrent_v2, cuCtxPushCurrent_fn)                      \
     X(cuCtxPopCurrent_v2, cuCtxPopCurrent_fn)                        \
     X(cuStreamGetCtx, cuStreamGetCtx_fn)                             \
     X(cuDeviceGetMemPool, cuDeviceGetMemPool_fn)                     \
     X(cuMemPoolGetAttribute, cuMemPoolGetAttribute_fn)               \
-    X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState_fn)
+    X(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState_fn)     \
+    TESSERA_CUDA_TIMING_CALLS(X)
+
+/* What the SM limiter times launches and detects stream capture with (it also calls the real
+ * cuEventSynchronize, which is hooked above). */
+#define TESSERA_CUDA_TIMING_CALLS(X)                                 \
+    X(cuCtxGetCurrent, cuCtxGetCurrent_fn)                           \
+    X(cuEventCreate, cuEventCreate_fn)                               \
+    X(cuEventRecord, cuEventRecord_fn)                               \
+    X(cuEventQuery, cuEventQuery_fn)                                 \
+    X(cuEventElapsedTime, cuEventElapsedTime_fn)                     \
+    X(cuEventDestroy_v2, cuEventDestroy_fn)                          \
+    X(cuStreamIsCapturing, cuStreamIsCapturing_fn)
 
 #define TESSERA_NVML_HOOKS(X)                                        \
     X(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_fn)           \

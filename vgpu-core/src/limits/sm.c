@@ -7,23 +7,24 @@
 
 #include "../common/log.h"
 #include "../common/state.h"
+#include "sm_contention.h"
+#include "sm_math.h"
 
-#define CTL_PERIOD_NS 100000000ULL   /* NVML refreshes utilisation at roughly this rate */
-#define BURST_NS 4000000ULL          /* launches may run this far ahead of the budget */
-#define NSPW_MIN 10ULL
-#define NSPW_MAX 1000000000ULL
-#define DEFAULT_WAVE_NS 100000ULL    /* first guess of one wave's duration; the controller corrects it */
-#define GAIN 0.6
-#define MAX_PIDS 256
+#define CTL_PERIOD_NS 100000000ULL   /* NVML polls for burst-share; diagnostics */
+/* Launches may run this far ahead of the budget: a launching thread that wakes up to this late loses
+ * none of its share (the GPU queue absorbs it); a neighbour may see this much extra delay. */
+#define BURST_NS 20000000ULL
+#define HOLD_NS 2000000000ULL        /* burst-share stays capped this long after a neighbour was seen */
+#define LOG_PERIOD_NS 1000000000ULL
 
+/* Per CUDA device ordinal; card maps it to the container's card (cards.h). */
 struct sm_card {
+    int card;                        /* the container's card: index into the limits and the region */
     int limited;
-    int card;                        /* the container's card (cards.h): limits and region slot */
     unsigned limit;                  /* percent */
     unsigned sms;
     nvmlDevice_t nvml;
-    int pids_matched;                /* NVML process samples ever matched our pids (same pid namespace) */
-    unsigned long long last_seen_us;
+    uint64_t log_charged, log_at;    /* diagnostics: charged GPU time at the last log line */
 };
 
 static struct {
@@ -55,85 +56,44 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
              b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-/* Sets *ours to the container's utilisation of the card and *contended when someone else uses it. */
-static int measure(struct sm_card *c, unsigned *ours, int *contended)
+static struct region_card *region_of(int dev)
 {
-    nvmlUtilization_t u;
-    if (!tessera_nvml.nvmlDeviceGetUtilizationRates ||
-        tessera_nvml.nvmlDeviceGetUtilizationRates(c->nvml, &u) != NVML_SUCCESS)
-        return 0;
-    int32_t pids[MAX_PIDS];
-    int np = region_live_procs(tessera.region, pids, MAX_PIDS);
-    if (np > MAX_PIDS)
-        np = MAX_PIDS;
-    nvmlProcessUtilizationSample_t s[128];
-    unsigned cnt = 128, sum = 0;
-    int matched = 0;
-    nvmlReturn_t rc = NVML_ERROR_NOT_SUPPORTED;
-    if (tessera_nvml.nvmlDeviceGetProcessUtilization)
-        rc = tessera_nvml.nvmlDeviceGetProcessUtilization(c->nvml, s, &cnt, c->last_seen_us);
-    if (rc == NVML_SUCCESS) {
-        unsigned long long newest = c->last_seen_us;
-        for (int p = 0; p < np; p++) {
-            int best = -1;
-            for (unsigned k = 0; k < cnt; k++)
-                if ((int32_t)s[k].pid == pids[p] && (best < 0 || s[k].timeStamp > s[best].timeStamp))
-                    best = (int)k;
-            if (best >= 0) {
-                sum += s[best].smUtil;
-                matched = 1;
-            }
-        }
-        for (unsigned k = 0; k < cnt; k++)
-            if (s[k].timeStamp > newest)
-                newest = s[k].timeStamp;
-        c->last_seen_us = newest;
-        c->pids_matched |= matched;
-    }
-    /* Trust per-process samples once they have shown our pids; otherwise (another pid namespace,
-     * no samples yet) the card's utilisation is the best available upper bound of ours. */
-    if (c->pids_matched && (rc == NVML_SUCCESS || rc == NVML_ERROR_NOT_FOUND))
-        *ours = sum > 100 ? 100 : sum;
-    else
-        *ours = u.gpu;
-    nvmlProcessInfo_t infos[64];
-    unsigned n = 64;
-    unsigned running = 0;
-    if (tessera_nvml.nvmlDeviceGetComputeRunningProcesses_v3) {
-        nvmlReturn_t prc = tessera_nvml.nvmlDeviceGetComputeRunningProcesses_v3(c->nvml, &n, infos);
-        if (prc == NVML_SUCCESS || prc == NVML_ERROR_INSUFFICIENT_SIZE)
-            running = n;
-    }
-    *contended = (int)running > np || u.gpu > *ours + 10;
-    return 1;
+    return &tessera.region->cards[sm.c[dev].card];
 }
 
-static void control_card(int i)
+/* burst-share: caps the card while a neighbour was seen within the hold time. */
+static void steer_burst(int i, uint64_t now)
 {
+    struct region_card *rc = region_of(i);
+    bool was = atomic_load(&rc->capped);
+    if (sm.c[i].nvml && sm_contention_poll(sm.c[i].card, sm.c[i].nvml, now, was)) {
+        uint64_t until = now + HOLD_NS, cur = atomic_load(&rc->contended_until_ns);
+        while (cur < until && !atomic_compare_exchange_weak(&rc->contended_until_ns, &cur, until))
+            ;
+    }
+    uint32_t capped = now < atomic_load(&rc->contended_until_ns);
+    if (atomic_exchange(&rc->capped, capped) != capped)
+        TLOG(TLOG_INFO, "card %d: burst-share %s", i, capped ? "capped: another container uses the card"
+                                                             : "uncapped: the card is ours alone");
+}
+
+/* One process per card and second logs the share the container was charged. */
+static void log_share(int i, uint64_t now)
+{
+    struct region_card *rc = region_of(i);
+    uint64_t last = atomic_load(&rc->ctl_last_ns);
+    if (now - last < LOG_PERIOD_NS || !atomic_compare_exchange_strong(&rc->ctl_last_ns, &last, now))
+        return;
     struct sm_card *c = &sm.c[i];
-    struct region_card *rc = &tessera.region->cards[c->card];
-    unsigned ours;
-    int contended;
-    if (!c->nvml || !measure(c, &ours, &contended))
-        return;
-    int capped = tessera.cfg.qos == QOS_FIXED_SHARE || (tessera.cfg.qos == QOS_BURST_SHARE && contended);
-    atomic_store(&rc->capped, (uint32_t)capped);
-    atomic_store(&rc->util_pct, ours);
-    uint64_t waits = atomic_exchange(&rc->waits, 0);
-    if (!capped)
-        return;
-    double m = ours / 100.0, l = c->limit / 100.0, f = 1.0;
-    if (m > l + 0.005)
-        f = m / l;
-    else if (m < l - 0.005 && waits > 0) /* speed up only when launches actually waited: no wind-up */
-        f = (m > l * 0.25 ? m : l * 0.25) / l;
-    f = 1.0 + GAIN * (f - 1.0);
-    f = f < 0.5 ? 0.5 : f > 2.0 ? 2.0 : f;
-    double nspw = (double)atomic_load(&rc->ns_per_wave) * f;
-    nspw = nspw < NSPW_MIN ? NSPW_MIN : nspw > NSPW_MAX ? NSPW_MAX : nspw;
-    atomic_store(&rc->ns_per_wave, (uint64_t)nspw);
-    TLOG(TLOG_DEBUG, "card %d: util %u%% target %u%% waits %llu -> %.0f ns/wave", i, ours, c->limit,
-         (unsigned long long)waits, nspw);
+    uint64_t charged = atomic_load(&rc->charged_ns);
+    if (c->log_at && now > c->log_at) {
+        unsigned pct = (unsigned)((charged - c->log_charged) * 100 / (now - c->log_at));
+        atomic_store(&rc->util_pct, pct);
+        TLOG(TLOG_DEBUG, "card %d: charged %u%% of the card (limit %u%%, %s), %llu launches waited", i, pct,
+             c->limit, atomic_load(&rc->capped) ? "capped" : "uncapped",
+             (unsigned long long)atomic_exchange(&rc->waits, 0));
+    }
+    c->log_charged = charged, c->log_at = now;
 }
 
 static void *controller(void *arg)
@@ -145,15 +105,47 @@ static void *controller(void *arg)
         for (int i = 0; i < sm.ncards; i++) {
             if (!sm.c[i].limited)
                 continue;
-            struct region_card *rc = &tessera.region->cards[sm.c[i].card];
-            uint64_t last = atomic_load(&rc->ctl_last_ns);
-            /* One process of the container steers each card per period. */
-            if (now - last < CTL_PERIOD_NS * 9 / 10 || !atomic_compare_exchange_strong(&rc->ctl_last_ns, &last, now))
-                continue;
-            control_card(i);
+            if (tessera.cfg.qos == QOS_BURST_SHARE)
+                steer_burst(i, now);
+            log_share(i, now);
         }
     }
     return NULL;
+}
+
+static void setup_card(int i, int have_nvml)
+{
+    struct sm_card *c = &sm.c[i];
+    c->card = tessera_card_of_device(i); /* by UUID: limits, region and NVML follow the card, not the ordinal */
+    c->limit = c->card >= 0 ? tessera_config_sm_limit(&tessera.cfg, c->card) : 100;
+    c->limited = c->limit < 100;
+    int sms = 0;
+    if (!tessera_cuda.cuDeviceGetAttribute ||
+        tessera_cuda.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, i) != CUDA_SUCCESS || sms <= 0)
+        sms = 1;
+    c->sms = (unsigned)sms;
+    if (!c->limited)
+        return;
+    char uuid[TESSERA_UUID_LEN];
+    const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, c->card);
+    CUuuid raw;
+    if (cfg_uuid)
+        snprintf(uuid, sizeof uuid, "%s", cfg_uuid);
+    else if (tessera_cuda.cuDeviceGetUuid && tessera_cuda.cuDeviceGetUuid(&raw, i) == CUDA_SUCCESS)
+        format_uuid(&raw, uuid, sizeof uuid);
+    else
+        uuid[0] = '\0';
+    c->nvml = NULL;
+    if (have_nvml && tessera_nvml.nvmlDeviceGetHandleByUUID &&
+        tessera_nvml.nvmlDeviceGetHandleByUUID(uuid, &c->nvml) != NVML_SUCCESS)
+        c->nvml = NULL;
+    if (!c->nvml && tessera.cfg.qos == QOS_BURST_SHARE)
+        TLOG(TLOG_ERROR, "card %d (%s): no NVML handle; burst-share cannot see neighbours and stays uncapped", i,
+             uuid);
+    if (tessera.cfg.qos == QOS_FIXED_SHARE)
+        atomic_store(&region_of(i)->capped, 1);
+    TLOG(TLOG_INFO, "card %d: %u SMs, SM limit %u%% (%s)", i, c->sms, c->limit,
+         tessera.cfg.qos == QOS_FIXED_SHARE ? "fixed-share" : "burst-share");
 }
 
 void tessera_sm_setup(void)
@@ -166,41 +158,10 @@ void tessera_sm_setup(void)
     if (atomic_load(&sm.ready) || !tessera_cuda.cuDeviceGetCount || tessera_cuda.cuDeviceGetCount(&n) != CUDA_SUCCESS)
         goto out;
     sm.ncards = n < TESSERA_MAX_CARDS ? n : TESSERA_MAX_CARDS;
-    int have_nvml = tessera_nvml_load(), any = 0;
+    int have_nvml = tessera.cfg.qos == QOS_BURST_SHARE && tessera_nvml_load(), any = 0;
     for (int i = 0; i < sm.ncards; i++) {
-        struct sm_card *c = &sm.c[i];
-        c->card = tessera_card_of_device(i);
-        c->limit = c->card >= 0 ? tessera_config_sm_limit(&tessera.cfg, c->card) : 100;
-        c->limited = c->limit < 100;
-        int sms = 0;
-        if (!tessera_cuda.cuDeviceGetAttribute ||
-            tessera_cuda.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, i) != CUDA_SUCCESS ||
-            sms <= 0)
-            sms = 1;
-        c->sms = (unsigned)sms;
-        if (!c->limited)
-            continue;
-        any = 1;
-        char uuid[TESSERA_UUID_LEN];
-        const char *cfg_uuid = tessera_config_uuid(&tessera.cfg, c->card);
-        CUuuid raw;
-        if (cfg_uuid)
-            snprintf(uuid, sizeof uuid, "%s", cfg_uuid);
-        else if (tessera_cuda.cuDeviceGetUuid && tessera_cuda.cuDeviceGetUuid(&raw, i) == CUDA_SUCCESS)
-            format_uuid(&raw, uuid, sizeof uuid);
-        else
-            uuid[0] = '\0';
-        if (!have_nvml || !tessera_nvml.nvmlDeviceGetHandleByUUID ||
-            tessera_nvml.nvmlDeviceGetHandleByUUID(uuid, &c->nvml) != NVML_SUCCESS) {
-            c->nvml = NULL;
-            TLOG(TLOG_ERROR, "card %d (%s): no NVML handle; SM limit runs open-loop", i, uuid);
-        }
-        struct region_card *rc = &tessera.region->cards[c->card];
-        uint64_t zero = 0;
-        atomic_compare_exchange_strong(&rc->ns_per_wave, &zero, DEFAULT_WAVE_NS * 100 / c->limit);
-        if (tessera.cfg.qos == QOS_FIXED_SHARE)
-            atomic_store(&rc->capped, 1);
-        TLOG(TLOG_INFO, "card %d: %u SMs, SM limit %u%%", i, c->sms, c->limit);
+        setup_card(i, have_nvml);
+        any |= sm.c[i].limited;
     }
     if (any && !sm.thread_running) {
         pthread_t t;
@@ -217,36 +178,84 @@ out:
     pthread_mutex_unlock(&sm.mu);
 }
 
-void tessera_sm_admit(uint64_t blocks)
+/* Moves the budget by the difference between a guessed charge and the launch's measured time. */
+static void settle(int dev, int64_t delta_ns)
 {
-    tessera_ensure_init();
-    if (!tessera.any_sm_limit)
-        return;
-    if (__builtin_expect(!atomic_load_explicit(&sm.ready, memory_order_acquire), 0)) {
-        tessera_sm_setup();
-        if (!atomic_load(&sm.ready))
-            return;
+    struct region_card *rc = region_of(dev);
+    uint64_t cost = sm_cost((uint64_t)(delta_ns < 0 ? -delta_ns : delta_ns), sm.c[dev].limit);
+    if (delta_ns < 0) {
+        atomic_fetch_sub(&rc->tat_ns, cost);
+        atomic_fetch_sub(&rc->charged_ns, (uint64_t)-delta_ns);
+    } else {
+        atomic_fetch_add(&rc->tat_ns, cost);
+        atomic_fetch_add(&rc->charged_ns, (uint64_t)delta_ns);
     }
-    int card = sm.ncards == 1 ? 0 : tessera_current_device();
-    if (card < 0 || card >= sm.ncards || !sm.c[card].limited)
-        return;
-    struct region_card *rc = &tessera.region->cards[sm.c[card].card];
-    if (!atomic_load_explicit(&rc->capped, memory_order_relaxed))
-        return;
-    uint64_t waves = (blocks + sm.c[card].sms - 1) / sm.c[card].sms;
-    uint64_t cost, nspw = atomic_load_explicit(&rc->ns_per_wave, memory_order_relaxed);
-    if (__builtin_mul_overflow(waves ? waves : 1, nspw, &cost))
-        cost = NSPW_MAX;
-    uint64_t now = mono_ns(), tat = atomic_load(&rc->tat_ns), next, wait;
-    do {
-        uint64_t base = tat > now ? tat : now;
-        next = base + cost;
-        wait = next > now + BURST_NS ? next - now - BURST_NS : 0;
-    } while (!atomic_compare_exchange_weak(&rc->tat_ns, &tat, next));
+}
+
+/* Launches into a capturing stream only record a graph node: the replay is what gets charged. */
+static int capturing(CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!tessera_cuda.cuStreamIsCapturing)
+        return 0;
+    return tessera_cuda.cuStreamIsCapturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Takes budget for cost, sleeping while the container is more than BURST_NS ahead of its share. */
+static void admit(struct region_card *rc, uint64_t now, uint64_t cost)
+{
+    uint64_t tat = atomic_load(&rc->tat_ns), next, wait;
+    do
+        next = sm_gcra(tat, now, cost, BURST_NS, &wait);
+    while (!atomic_compare_exchange_weak(&rc->tat_ns, &tat, next));
     if (wait) {
         atomic_fetch_add(&rc->waits, 1);
         sleep_ns(wait);
     }
+}
+
+int tessera_sm_begin(struct sm_ticket *t, const void *key, uint64_t blocks, int graph, CUstream s)
+{
+    tessera_ensure_init();
+    if (!tessera.any_sm_limit)
+        return 0;
+    if (__builtin_expect(!atomic_load_explicit(&sm.ready, memory_order_acquire), 0)) {
+        tessera_sm_setup();
+        if (!atomic_load(&sm.ready))
+            return 0;
+    }
+    int dev = sm.ncards == 1 ? 0 : tessera_current_device();
+    if (dev < 0 || dev >= sm.ncards || !sm.c[dev].limited)
+        return 0;
+    struct sm_card *c = &sm.c[dev];
+    struct region_card *rc = region_of(dev);
+    int slot = tessera_slot();
+    uint64_t now = mono_ns();
+    if (slot >= 0)
+        atomic_store_explicit(&tessera.region->sm_active_ns[slot][c->card], now, memory_order_relaxed);
+    if (!atomic_load_explicit(&rc->capped, memory_order_relaxed) || capturing(s))
+        return 0;
+    sm_timing_harvest(now, settle);
+    *t = (struct sm_ticket){.dev = dev, .key = key, .graph = graph};
+    t->units = graph ? 1 : (blocks + c->sms - 1) / c->sms;
+    t->units = t->units ? t->units : 1;
+    t->charged_ns = sm_timing_estimate(t, now);
+    t->cost_ns = sm_cost(t->charged_ns, c->limit);
+    atomic_fetch_add(&rc->charged_ns, t->charged_ns);
+    admit(rc, now, t->cost_ns);
+    sm_timing_start(t, s);
+    return 1;
+}
+
+void tessera_sm_end(struct sm_ticket *t, CUstream s, CUresult rc)
+{
+    if (rc != CUDA_SUCCESS) {
+        /* Nothing ran: give the budget back. */
+        struct region_card *rc = region_of(t->dev);
+        atomic_fetch_sub(&rc->tat_ns, t->cost_ns);
+        atomic_fetch_sub(&rc->charged_ns, t->charged_ns);
+    }
+    sm_timing_finish(t, s, rc);
 }
 
 void tessera_sm_after_fork(void)
@@ -254,4 +263,5 @@ void tessera_sm_after_fork(void)
     pthread_mutex_init(&sm.mu, NULL);
     sm.thread_running = 0;
     atomic_store(&sm.ready, 0);
+    sm_timing_after_fork();
 }

@@ -14,18 +14,23 @@
 #include "../common/config.h"
 
 #define REGION_MAGIC 0x5445535345524131ULL /* "TESSERA1" */
-#define REGION_VERSION 2 /* 2: exec marker in each slot */
+/* 2: exec marker in each slot; 3: also the event-timed SM limiter's fields (charged_ns,
+ * contended_until_ns per card, sm_active_ns per slot and card). */
+#define REGION_VERSION 3
 #define REGION_MAX_PROCS 1024
 
 struct region_card {
     uint64_t used_bytes;               /* sum of procs[].used[card]; under the lock */
     /* SM limiter state, shared lock-free by every process of the container. */
     _Atomic uint64_t tat_ns;           /* GCRA theoretical arrival time of the next launch */
-    _Atomic uint64_t ns_per_wave;      /* budget time charged per wave of blocks */
-    _Atomic uint64_t ctl_last_ns;      /* last controller update: one process updates per period */
+    _Atomic uint64_t ns_per_wave;      /* unused since launches are charged their timed GPU time */
+    _Atomic uint64_t ctl_last_ns;      /* last diagnostics log: one process logs per period */
     _Atomic uint64_t waits;            /* launches delayed since the last update */
     _Atomic uint32_t capped;           /* 1 when launches are metered (fixed-share or contended burst) */
-    _Atomic uint32_t util_pct;         /* last measured utilisation of the container, for tests/metrics */
+    _Atomic uint32_t util_pct;         /* share of the card the container was charged lately, for logs */
+    /* Added for the event-timed limiter (kept last so the fields above keep their offsets). */
+    _Atomic uint64_t charged_ns;       /* GPU time charged to the container's launches, cumulative */
+    _Atomic uint64_t contended_until_ns; /* burst-share: capped until then (a neighbour was seen) */
 };
 
 struct region_proc {
@@ -47,6 +52,8 @@ struct region {
     uint64_t reclaimed_bytes;          /* total taken back from dead processes (diagnostics) */
     struct region_card cards[TESSERA_MAX_CARDS];
     struct region_proc procs[REGION_MAX_PROCS];
+    /* Per slot and card: when that process last launched there (SM limiter; burst-share counts them). */
+    _Atomic uint64_t sm_active_ns[REGION_MAX_PROCS][TESSERA_MAX_CARDS];
 };
 
 /*

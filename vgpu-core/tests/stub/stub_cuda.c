@@ -12,33 +12,22 @@
 
 #include "stub.h"
 #include "stub_internal.h"
+#include "stub_card.h"
+#include "stub_exec.h"
 #include "tessera/cuda_abi.h"
 
-
 #define MAX_DEV 16
-#define RING 16384
-
-struct ival {
-    uint64_t start, end;
-};
 
 struct dev {
-    uint64_t total, used, launches;
+    uint64_t total, used;
     unsigned sms;
     int has_ctx;
-    uint64_t busy_until, busy_total;
-    struct ival ring[RING];
-    unsigned head, count;
 };
 
 struct alloc {
     uint64_t key, size;
     int kind, dev;
     const void *owner;   /* the context whose destruction frees it (synchronous allocations, arrays) */
-};
-
-struct func {
-    uint64_t block_ns;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -50,7 +39,6 @@ static struct ctx primary[MAX_DEV];
 static struct alloc *allocs;
 static size_t nallocs, cap_allocs;
 static uint64_t next_addr = 0x7f0000000000ULL;
-static uint64_t queue_ns;
 static __thread struct ctx *current;
 
 static CUresult give(uint64_t key, int kind);
@@ -119,20 +107,6 @@ void stub_free_owned(const void *owner)
     }
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL), .tv_nsec = (long)(ns % 1000000000ULL)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 static uint64_t env_list(const char *name, int i, uint64_t dflt)
 {
     const char *v = getenv(name);
@@ -158,7 +132,6 @@ static void setup(void)
     nvis = stub_visible_cards(ndev, vis);
     for (int o = 0; o < nvis; o++)
         primary[vis[o]].ordinal = o;
-    queue_ns = env_list("TESSERA_STUB_QUEUE_MS", 0, 20) * 1000000ULL;
 }
 
 static int ready(void)
@@ -456,101 +429,49 @@ API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a)
     return give((uintptr_t)a, 4);
 }
 
-API CUresult cuModuleLoad(CUmodule *m, const char *path)
-{
-    (void)path;
-    NEED_CTX();
-    static int module;
-    *m = (CUmodule)&module;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
-{
-    (void)m;
-    NEED_CTX();
-    unsigned long us;
-    char tail[8];
-    if (sscanf(name, "sleep_%lu%7s", &us, tail) != 2 || strcmp(tail, "us") != 0)
-        return CUDA_ERROR_NOT_FOUND;
-    /* Functions live as long as the process, as a module's would: a fixed pool, never freed. */
-    static struct func pool[64];
-    static unsigned used;
-    pthread_mutex_lock(&mu);
-    struct func *fn = used < 64 ? &pool[used++] : NULL;
-    pthread_mutex_unlock(&mu);
-    if (!fn)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    fn->block_ns = us * 1000ULL;
-    *f = (CUfunction)fn;
-    return CUDA_SUCCESS;
-}
-
-/* Work after `t` on a device, from the newest recorded intervals backwards. */
-static uint64_t busy_after(struct dev *v, uint64_t t)
-{
-    uint64_t sum = 0;
-    for (unsigned k = 0; k < v->count; k++) {
-        struct ival *iv = &v->ring[(v->head + RING - 1 - k) % RING];
-        if (iv->end <= t)
-            break;
-        sum += iv->end - (iv->start > t ? iv->start : t);
-    }
-    return sum;
-}
-
-static CUresult launch(CUfunction f, uint64_t blocks)
+/* Runs a kernel of `blocks` blocks of block_ns each on the current context's card, or records it into a
+ * capture. */
+CUresult stub_launch(CUfunction f, uint64_t blocks, uint64_t block_ns, CUstream s)
 {
     NEED_CTX();
     if (!f || blocks == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct dev *v = &devs[current->dev];
-    uint64_t dur = ((blocks + v->sms - 1) / v->sms) * ((struct func *)f)->block_ns;
-    for (;;) {
-        pthread_mutex_lock(&mu);
-        uint64_t now = now_ns(), start = v->busy_until > now ? v->busy_until : now;
-        if (start > now + queue_ns) {
-            /* Like a full hardware queue: the launching thread blocks until there is room. */
-            pthread_mutex_unlock(&mu);
-            sleep_ns(start - now - queue_ns);
-            continue;
-        }
-        if (dur) {
-            struct ival *last = v->count ? &v->ring[(v->head + RING - 1) % RING] : NULL;
-            if (last && last->end == start) {
-                last->end = start + dur;
-            } else {
-                v->ring[v->head] = (struct ival){start, start + dur};
-                v->head = (v->head + 1) % RING;
-                if (v->count < RING)
-                    v->count++;
-            }
-        }
-        v->busy_until = start + dur;
-        v->busy_total += dur;
-        v->launches++;
-        pthread_mutex_unlock(&mu);
+    if (stub_capture(s, f, blocks, block_ns))
         return CUDA_SUCCESS;
-    }
+    struct dev *v = &devs[current->dev];
+    sim_kernel(current->dev, ((blocks + v->sms - 1) / v->sms) * block_ns);
+    return CUDA_SUCCESS;
+}
+
+/* A launch from the API: the block duration comes from the function (stub_module.c). */
+static CUresult launch_api(CUfunction f, uint64_t blocks, void **params, CUstream s)
+{
+    return stub_launch(f, blocks, f ? stub_block_ns(f, params) : 0, s);
+}
+
+int stub_current_dev(void)
+{
+    return ready() && current ? current->dev : -1;
 }
 
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
-    (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
-    return launch(f, (uint64_t)gx * gy * gz);
+    (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+    return launch_api(f, (uint64_t)gx * gy * gz, params, s);
 }
 
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+    (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+    return launch_api(f, (uint64_t)gx * gy * gz, params, s ? s : CU_STREAM_PER_THREAD);
 }
 
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-    (void)params, (void)extra;
-    return launch(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ);
+    (void)extra;
+    return launch_api(f, (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ, params, c->hStream);
 }
 
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
@@ -573,12 +494,10 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 API CUresult cuCtxSynchronize(void)
 {
     NEED_CTX();
+    sim_drain(current->dev);
     pthread_mutex_lock(&mu);
-    uint64_t until = devs[current->dev].busy_until, now = now_ns();
     stub_pools_trim(current->dev); /* a synchronisation point: pools give back memory over their threshold */
     pthread_mutex_unlock(&mu);
-    if (until > now)
-        sleep_ns(until - now);
     return CUDA_SUCCESS;
 }
 
@@ -611,9 +530,11 @@ static const struct proc procs[] = {
     P(cuMemAllocPitch_v2) P(cuMemFree_v2) P(cuMemAllocAsync) P(cuMemAllocAsync_ptsz) P(cuMemAllocFromPoolAsync)
     P(cuMemAllocFromPoolAsync_ptsz) P(cuMemFreeAsync) P(cuMemFreeAsync_ptsz) P(cuMemCreate) P(cuMemRelease)
     P(cuArrayCreate_v2) P(cuArray3DCreate_v2) P(cuArrayDestroy) P(cuMipmappedArrayCreate)
-    P(cuMipmappedArrayDestroy) P(cuModuleLoad) P(cuModuleGetFunction) P(cuLaunchKernel) P(cuLaunchKernel_ptsz)
+    P(cuMipmappedArrayDestroy) P(cuModuleLoad) P(cuModuleLoadData) P(cuModuleUnload) P(cuModuleGetFunction)
+    P(cuLaunchKernel) P(cuLaunchKernel_ptsz)
     P(cuLaunchKernelEx) P(cuLaunchKernelEx_ptsz) P(cuLaunchCooperativeKernel) P(cuLaunchCooperativeKernel_ptsz)
     P(cuCtxSynchronize) P(cuStreamSynchronize) P(cuGetProcAddress) P(cuGetProcAddress_v2)
+    STUB_EXEC_PROCS(P)
 };
 
 static void *find_proc(const char *name)
@@ -655,19 +576,7 @@ API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuin
 /* Test-only extensions (stub.h). */
 API uint64_t tessera_stub_busy_ns(int d)
 {
-    pthread_mutex_lock(&mu);
-    uint64_t b = devs[d].busy_total - busy_after(&devs[d], now_ns());
-    pthread_mutex_unlock(&mu);
-    return b;
-}
-
-API unsigned tessera_stub_util(int d, uint64_t window_ns)
-{
-    pthread_mutex_lock(&mu);
-    uint64_t now = now_ns();
-    uint64_t busy = busy_after(&devs[d], now - window_ns) - busy_after(&devs[d], now);
-    pthread_mutex_unlock(&mu);
-    return (unsigned)((busy * 100 + window_ns / 2) / window_ns);
+    return sim_busy_self(d);
 }
 
 API uint64_t tessera_stub_mem_used(int d)
@@ -695,5 +604,5 @@ API int tessera_stub_has_ctx(int d)
 
 API uint64_t tessera_stub_launches(int d)
 {
-    return devs[d].launches;
+    return sim_launches_self(d);
 }

@@ -40,11 +40,10 @@ CUresult stub_release_vmm(uint64_t handle);
 void tessera_stub_mark_ctx(int dev);
 API CUresult cuMemFree_v2(CUdeviceptr p);
 
-/* stub_lifecycle.c: contexts, streams, pools, VMM mappings, graph memory nodes. */
+/* stub_lifecycle.c: contexts, pools, VMM mappings, graph memory nodes (streams: stub_exec.h). */
 void stub_pools_trim(int dev);                         /* under the lock: a synchronisation point */
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d);
 API CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d);
-API CUresult cuStreamGetCtx(CUstream s, CUcontext *c);
 API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s);
 API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s);
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);

@@ -9,25 +9,25 @@
  *   - pools grow in 2 MiB steps and hand out memory they hold; stream-ordered frees return memory
  *     to the pool, which gives the card back only what exceeds its release threshold at a
  *     synchronisation point (cuStreamSynchronize, cuCtxSynchronize) or cuMemPoolTrimTo;
- *   - a stream belongs to the context it was created in; NULL and the per-thread/legacy handles
- *     mean the current context, and without one the call fails with CUDA_ERROR_INVALID_CONTEXT;
+ *   - a stream belongs to the context it was created in (streams themselves: stub_exec.c); NULL and
+ *     the per-thread/legacy handles mean the current context, and without one the call fails with
+ *     CUDA_ERROR_INVALID_CONTEXT;
  *   - cuMemRelease of a mapped VMM handle frees nothing until its last mapping is unmapped;
- *   - a graph memory node reserves an address only: no card memory until the graph runs.
+ *   - a graph memory node reserves an address only: no card memory until the graph runs (graphs
+ *     themselves, with their kernel nodes: stub_exec.c).
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stub.h"
+#include "stub_card.h"
+#include "stub_exec.h"
 #include "stub_internal.h"
 
 #define GRANULE (2ULL << 20)
 #define MAX_DEV 16
 #define MAX_ITEMS 4096
-
-struct stream {
-    struct ctx *ctx;
-};
 
 struct pool {
     int dev;
@@ -111,6 +111,7 @@ API CUresult cuCtxCreate_v2(CUcontext *out, unsigned int flags, CUdevice d)
         return rc;
     }
     tessera_stub_mark_ctx(p);
+    sim_join(p);
     stub_set_current(c);
     *out = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -143,6 +144,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice d)
     stub_unlock();
     if (rc == CUDA_SUCCESS) {
         tessera_stub_mark_ctx(p);
+        sim_join(p);
         *out = (CUcontext)c;
     }
     return rc;
@@ -215,35 +217,6 @@ API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     }
     stub_unlock();
     return rc;
-}
-
-API CUresult cuStreamCreate(CUstream *out, unsigned int flags)
-{
-    (void)flags;
-    if (!stub_current())
-        return CUDA_ERROR_INVALID_CONTEXT;
-    struct stream *s = calloc(1, sizeof *s);
-    if (!s)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    s->ctx = stub_current();
-    *out = (CUstream)s;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuStreamDestroy_v2(CUstream s)
-{
-    free(s);
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuStreamGetCtx(CUstream s, CUcontext *out)
-{
-    struct ctx *c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? stub_current()
-                                                                                        : ((struct stream *)s)->ctx;
-    if (!c)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *out = (CUcontext)c;
-    return CUDA_SUCCESS;
 }
 
 /* Under the lock: gives the card what the pool holds beyond max(used, keep). */
@@ -503,13 +476,6 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
     return mapped ? CUDA_SUCCESS : stub_release_vmm(h);
 }
 
-API CUresult cuGraphCreate(CUgraph *out, unsigned int flags)
-{
-    (void)flags;
-    *out = calloc(1, 16);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
 API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
                                     CUDA_MEM_ALLOC_NODE_PARAMS *params)
 {
@@ -522,12 +488,6 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphN
     next_va += round_up(params->bytesize);
     stub_unlock();
     *node = (CUgraphNode)(uintptr_t)params->dptr;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuGraphDestroy(CUgraph g)
-{
-    free(g);
     return CUDA_SUCCESS;
 }
 

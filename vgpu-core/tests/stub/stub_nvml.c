@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "stub.h"
 #include "stub_internal.h"
+#include "stub_card.h"
 #include "tessera/nvml_abi.h"
 
 #define API __attribute__((visibility("default")))
@@ -29,13 +29,6 @@ static int index_of(nvmlDevice_t d)
     if (!inited || h < handles || h >= handles + tessera_stub_device_count())
         return -1;
     return h->index;
-}
-
-static uint64_t window_ns(void)
-{
-    const char *v = getenv("TESSERA_STUB_UTIL_MS");
-    unsigned long ms = v ? strtoul(v, NULL, 10) : 100;
-    return (ms ? ms : 100) * 1000000ULL;
 }
 
 /* The simulated other containers on card i: (processes, utilisation%). */
@@ -152,6 +145,67 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
     return NVML_SUCCESS;
 }
 
+/*
+ * Utilisation as a real driver reports it (../shared/notes/nvml-on-h100.md): a new per-process
+ * sample every period (TESSERA_STUB_NVML_PERIOD_MS, default 200), published 1-100 ms after the
+ * period it covers ends; NOT_FOUND between samples; a busy card reads TESSERA_STUB_NVML_SCALE
+ * percent (default 90), not 100; the card-wide counter lags a further period.
+ */
+#define EPOCH_US 1700000000000000ULL
+#define HOST_PID_OFFSET 3000000u
+
+static uint64_t period_ns(void)
+{
+    const char *v = getenv("TESSERA_STUB_NVML_PERIOD_MS");
+    unsigned long ms = v ? strtoul(v, NULL, 10) : 200;
+    return (ms ? ms : 200) * 1000000ULL;
+}
+
+static unsigned scale_pct(void)
+{
+    const char *v = getenv("TESSERA_STUB_NVML_SCALE");
+    return v ? (unsigned)strtoul(v, NULL, 10) : 90;
+}
+
+static int host_pids(void)
+{
+    const char *v = getenv("TESSERA_STUB_PID_MODE");
+    return v && strcmp(v, "host") == 0;
+}
+
+/* Publication delay of sample k: 1-100 ms, scattered. */
+static uint64_t lag_ns(uint64_t k)
+{
+    return (1 + (k * 2654435761ULL >> 7) % 100) * 1000000ULL;
+}
+
+/* The newest published sample: its index (the period it covers ends at k * period). */
+static uint64_t newest_sample(uint64_t now)
+{
+    uint64_t p = period_ns(), k = now / p;
+    return k * p + lag_ns(k) <= now ? k : k - 1;
+}
+
+static unsigned reading(uint64_t busy, uint64_t window)
+{
+    uint64_t v = (busy * scale_pct() + window / 2) / window;
+    return v > 100 ? 100 : (unsigned)v;
+}
+
+/* Processes on card i as this caller's driver shows them: pid as reported; 0 = hidden. */
+static unsigned shown_pid(const struct sim_use *u)
+{
+    if (host_pids())
+        return (unsigned)u->pid + HOST_PID_OFFSET;
+    return u->nsid == sim_self_nsid() ? (unsigned)u->pid : 0;
+}
+
+static int usage(int i, uint64_t k, struct sim_use *u, int max)
+{
+    uint64_t p = period_ns();
+    return sim_usage(i, (k - 1) * p, k * p, u, max);
+}
+
 API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 {
     int i = index_of(d);
@@ -159,17 +213,15 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned fp, fu;
     foreign(i, &fp, &fu);
-    unsigned own = tessera_stub_util(i, window_ns());
+    struct sim_use use[SIM_PROCS];
+    int n = usage(i, newest_sample(sim_now_ns()) - 1, use, SIM_PROCS);
+    uint64_t busy = 0;
+    for (int k = 0; k < n; k++)
+        busy += use[k].busy_ns;
+    unsigned own = reading(busy, period_ns());
     u->gpu = own + fu > 100 ? 100 : own + fu;
     u->memory = 0;
     return NVML_SUCCESS;
-}
-
-static unsigned long long now_us(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (unsigned long long)tv.tv_sec * 1000000ULL + (unsigned long long)tv.tv_usec;
 }
 
 API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *s,
@@ -180,22 +232,27 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtil
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned fp, fu;
     foreign(i, &fp, &fu);
-    unsigned need = (tessera_stub_has_ctx(i) ? 1 : 0) + fp;
-    if (need == 0)
-        return NVML_ERROR_NOT_FOUND;
+    uint64_t k = newest_sample(sim_now_ns());
+    unsigned long long ts = EPOCH_US + k * period_ns() / 1000;
+    struct sim_use use[SIM_PROCS];
+    int n = usage(i, k, use, SIM_PROCS), shown = 0;
+    for (int j = 0; j < n; j++)
+        shown += shown_pid(&use[j]) != 0;
+    unsigned need = (unsigned)shown + fp;
+    if (need == 0 || ts <= last_seen)
+        return NVML_ERROR_NOT_FOUND; /* no sample since last_seen */
     if (!s || *count < need) {
         *count = need;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    unsigned long long ts = now_us();
-    if (ts <= last_seen)
-        return NVML_ERROR_NOT_FOUND;
-    unsigned n = 0;
-    if (tessera_stub_has_ctx(i))
-        s[n++] = (nvmlProcessUtilizationSample_t){(unsigned)getpid(), ts, tessera_stub_util(i, window_ns()), 0, 0, 0};
-    for (unsigned k = 0; k < fp; k++)
-        s[n++] = (nvmlProcessUtilizationSample_t){4000000u + k, ts, fu / fp, 0, 0, 0};
-    *count = n;
+    unsigned m = 0;
+    for (int j = 0; j < n; j++)
+        if (shown_pid(&use[j]))
+            s[m++] = (nvmlProcessUtilizationSample_t){shown_pid(&use[j]), ts, reading(use[j].busy_ns, period_ns()),
+                                                      0, 0, 0};
+    for (unsigned k2 = 0; k2 < fp; k2++)
+        s[m++] = (nvmlProcessUtilizationSample_t){4000000u + k2, ts, fu / fp, 0, 0, 0};
+    *count = m;
     return NVML_SUCCESS;
 }
 
@@ -207,16 +264,22 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigne
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned fp, fu;
     foreign(i, &fp, &fu);
-    unsigned need = (tessera_stub_has_ctx(i) ? 1 : 0) + fp;
+    struct sim_use use[SIM_PROCS];
+    int n = sim_usage(i, 0, 0, use, SIM_PROCS), shown = 0;
+    for (int j = 0; j < n; j++)
+        shown += shown_pid(&use[j]) != 0;
+    unsigned need = (unsigned)shown + fp;
     if (*count < need || (!infos && need)) {
         *count = need;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    unsigned n = 0;
-    if (tessera_stub_has_ctx(i))
-        infos[n++] = (nvmlProcessInfo_t){(unsigned)getpid(), tessera_stub_mem_used(i), 0xffffffffu, 0xffffffffu};
+    unsigned m = 0;
+    for (int j = 0; j < n; j++)
+        if (shown_pid(&use[j]))
+            infos[m++] = (nvmlProcessInfo_t){shown_pid(&use[j]), use[j].pid == getpid() ? tessera_stub_mem_used(i) : 0,
+                                             0xffffffffu, 0xffffffffu};
     for (unsigned k = 0; k < fp; k++)
-        infos[n++] = (nvmlProcessInfo_t){4000000u + k, 0, 0xffffffffu, 0xffffffffu};
-    *count = n;
+        infos[m++] = (nvmlProcessInfo_t){4000000u + k, 0, 0xffffffffu, 0xffffffffu};
+    *count = m;
     return NVML_SUCCESS;
 }

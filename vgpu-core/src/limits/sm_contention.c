@@ -1,0 +1,133 @@
+#include "sm_contention.h"
+
+#include <string.h>
+
+#include "sm_math.h"
+
+#define WINDOW_NS 1000000000ULL
+#define MAX_PIDS 64
+#define PER_PID 16
+#define CARD_READINGS 16
+#define MAX_OURS 256
+
+struct pid_hist {
+    uint32_t pid;
+    unsigned n, next;
+    uint64_t at[PER_PID];
+    unsigned util[PER_PID];
+};
+
+struct card_hist {
+    unsigned long long last_seen_us;
+    struct pid_hist pids[MAX_PIDS];
+    unsigned ncard, card_next;
+    uint64_t card_at[CARD_READINGS];
+    unsigned card_util[CARD_READINGS];
+};
+
+/* Only this process's controller thread touches it. */
+static struct card_hist hist[TESSERA_MAX_CARDS];
+
+static void add_sample(struct card_hist *h, uint32_t pid, unsigned util, uint64_t now)
+{
+    struct pid_hist *slot = NULL, *oldest = &h->pids[0];
+    for (int i = 0; i < MAX_PIDS && !slot; i++) {
+        if (h->pids[i].n && h->pids[i].pid == pid)
+            slot = &h->pids[i];
+        else if (!h->pids[i].n || h->pids[i].at[(h->pids[i].next + PER_PID - 1) % PER_PID] <
+                                      oldest->at[(oldest->next + PER_PID - 1) % PER_PID])
+            oldest = &h->pids[i];
+    }
+    if (!slot) {
+        slot = oldest;
+        memset(slot, 0, sizeof *slot);
+        slot->pid = pid;
+    }
+    slot->at[slot->next] = now;
+    slot->util[slot->next] = util;
+    slot->next = (slot->next + 1) % PER_PID;
+    if (slot->n < PER_PID)
+        slot->n++;
+}
+
+/* New per-process samples since the last poll; NOT_FOUND means none arrived, not "idle". */
+static void read_samples(struct card_hist *h, nvmlDevice_t nvml, uint64_t now)
+{
+    nvmlProcessUtilizationSample_t s[MAX_PIDS];
+    unsigned cnt = MAX_PIDS;
+    if (!tessera_nvml.nvmlDeviceGetProcessUtilization ||
+        tessera_nvml.nvmlDeviceGetProcessUtilization(nvml, s, &cnt, h->last_seen_us) != NVML_SUCCESS)
+        return;
+    for (unsigned k = 0; k < cnt && k < MAX_PIDS; k++) {
+        add_sample(h, s[k].pid, s[k].smUtil, now);
+        if (s[k].timeStamp > h->last_seen_us)
+            h->last_seen_us = s[k].timeStamp;
+    }
+}
+
+static void read_card(struct card_hist *h, nvmlDevice_t nvml, uint64_t now)
+{
+    nvmlUtilization_t u;
+    if (!tessera_nvml.nvmlDeviceGetUtilizationRates ||
+        tessera_nvml.nvmlDeviceGetUtilizationRates(nvml, &u) != NVML_SUCCESS)
+        return;
+    h->card_at[h->card_next] = now;
+    h->card_util[h->card_next] = u.gpu;
+    h->card_next = (h->card_next + 1) % CARD_READINGS;
+    if (h->ncard < CARD_READINGS)
+        h->ncard++;
+}
+
+/* Average, lowest and highest of the readings taken within the last window; 0 when there are none. */
+static int recent(const uint64_t *at, const unsigned *v, unsigned n, uint64_t now, unsigned *avg, unsigned *lo,
+                  unsigned *hi)
+{
+    unsigned sum = 0, k = 0;
+    *lo = 100, *hi = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (now - at[i] <= WINDOW_NS) {
+            sum += v[i], k++;
+            *lo = v[i] < *lo ? v[i] : *lo;
+            *hi = v[i] > *hi ? v[i] : *hi;
+        }
+    *avg = k ? (sum + k / 2) / k : 0;
+    return k > 0;
+}
+
+int sm_active_procs(int card, uint64_t now)
+{
+    struct region *r = tessera.region;
+    int n = 0;
+    for (int i = 0; i < REGION_MAX_PROCS; i++) {
+        uint64_t t = atomic_load_explicit(&r->sm_active_ns[i][card], memory_order_relaxed);
+        n += r->procs[i].pid != 0 && t && now - t <= WINDOW_NS;
+    }
+    return n;
+}
+
+bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped)
+{
+    struct card_hist *h = &hist[card];
+    read_samples(h, nvml, now);
+    read_card(h, nvml, now);
+    struct sm_sample samples[MAX_PIDS];
+    int ns = 0;
+    unsigned avg, lo, hi;
+    for (int i = 0; i < MAX_PIDS; i++)
+        if (recent(h->pids[i].at, h->pids[i].util, h->pids[i].n, now, &avg, &lo, &hi))
+            samples[ns++] = (struct sm_sample){h->pids[i].pid, avg, hi};
+    bool have_card = recent(h->card_at, h->card_util, h->ncard, now, &avg, &lo, &hi);
+    int32_t ours[MAX_OURS];
+    int nours = region_live_procs(tessera.region, ours, MAX_OURS);
+    struct sm_view v = {
+        .samples = samples,
+        .nsamples = ns,
+        .ours = ours,
+        .nours = nours < MAX_OURS ? nours : MAX_OURS,
+        .ours_active = sm_active_procs(card, now),
+        .card_low = have_card ? (int)lo : -1,
+        .card_high = have_card ? (int)hi : -1,
+        .capped = capped,
+    };
+    return sm_contended(&v);
+}
