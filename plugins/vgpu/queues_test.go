@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"volcano.sh/apis/pkg/apis/scheduling"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -214,6 +216,39 @@ func TestQueueSharesBookkeeping(t *testing.T) {
 			if math.Abs(d.MemoryMiB) > 1e-6 || math.Abs(d.Cores) > 1e-6 {
 				t.Fatalf("step %d: %s holds %v, its charges sum to %v", step, id, q.allocated, sums[id])
 			}
+		}
+	}
+}
+
+// TestQueueOrderFollowsTheCardShare: of two queues of the same priority that both ask
+// for cards, the one holding the smaller part of its card share goes first (in its
+// most-served dimension); a queue of another priority, or one without vGPU demand,
+// is left to proportion's order.
+func TestQueueOrderFollowsTheCardShare(t *testing.T) {
+	s := newQueueShares(fairshare.Amount{MemoryMiB: 1000, Cores: 400}, 40960)
+	info := func(name string, prio int32) *vapi.QueueInfo {
+		q := &scheduling.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: scheduling.QueueSpec{Weight: 1, Priority: prio}}
+		return &vapi.QueueInfo{UID: vapi.QueueID(name), Name: name, Queue: q}
+	}
+	set := func(name string, held, deserved fairshare.Amount) {
+		s.queues[vapi.QueueID(name)] = &queueShare{name: name, allocated: held, deserved: deserved, request: deserved.Add(held)}
+	}
+	set("cores-heavy", fairshare.Amount{MemoryMiB: 100, Cores: 150}, fairshare.Amount{MemoryMiB: 500, Cores: 200}) // 75 % served
+	set("memory-heavy", fairshare.Amount{MemoryMiB: 400, Cores: 50}, fairshare.Amount{MemoryMiB: 500, Cores: 200}) // 80 %
+	set("light", fairshare.Amount{MemoryMiB: 50, Cores: 20}, fairshare.Amount{MemoryMiB: 500, Cores: 200})         // 10 %
+	s.queues["cpu-only"] = &queueShare{name: "cpu-only"}
+	for _, tt := range []struct {
+		l, r *vapi.QueueInfo
+		want int
+	}{
+		{info("light", 0), info("cores-heavy", 0), -1},
+		{info("memory-heavy", 0), info("cores-heavy", 0), 1},
+		{info("cores-heavy", 0), info("cores-heavy", 0), 0},
+		{info("light", 0), info("cores-heavy", 5), 0},
+		{info("cpu-only", 0), info("light", 0), 0},
+	} {
+		if got := s.compare(tt.l, tt.r); got != tt.want {
+			t.Errorf("compare(%s, %s) = %d, want %d", tt.l.Name, tt.r.Name, got, tt.want)
 		}
 	}
 }

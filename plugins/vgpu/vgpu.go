@@ -119,6 +119,14 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 			return !okq || !okt || p.preemptive(q, t)
 		})
 		ssn.AddAllocatableFn(PluginName, func(q *vapi.QueueInfo, t *vapi.TaskInfo) bool { return p.allocatable(ssn, q, t) })
+		ssn.AddQueueOrderFn(PluginName, func(l, r interface{}) int {
+			lq, okl := l.(*vapi.QueueInfo)
+			rq, okr := r.(*vapi.QueueInfo)
+			if !okl || !okr {
+				return 0
+			}
+			return p.shares.compare(lq, rq)
+		})
 		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced(ssn), DeallocateFunc: p.onUnplaced})
 	}
 
