@@ -28,9 +28,21 @@ type ledger struct {
 	version map[string]uint64
 	// scores holds the predicate's last score per node, for node ordering.
 	scores map[string]*scoreSlot
+	// refusals holds, per node, the last refusal of a request shape, valid while
+	// the node is unchanged: a full node refuses every waiting task alike.
+	refusals map[string]*refusalSlot
 	// evicts holds, per node, the last answer to "would the task fit once these
 	// victims are gone": preempt and reclaim ask it of every node for every task.
 	evicts map[string]*evictSlot
+}
+
+// refusalSlot is one node's last refusal of a request shape, with its message.
+type refusalSlot struct {
+	mu      sync.Mutex
+	shape   string
+	version uint64
+	ferr    *engine.FitError
+	reason  string
 }
 
 // evictSlot is one node's last eviction answer, valid while the node is unchanged.
@@ -73,7 +85,8 @@ type booking struct {
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
 		booked:  map[vapi.TaskID]*booking{},
-		version: map[string]uint64{}, scores: map[string]*scoreSlot{}, evicts: map[string]*evictSlot{}}
+		version: map[string]uint64{}, scores: map[string]*scoreSlot{}, evicts: map[string]*evictSlot{},
+		refusals: map[string]*refusalSlot{}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
@@ -81,6 +94,35 @@ func (l *ledger) addNode(n *engine.Node) {
 	l.nodes[n.Name] = n
 	l.scores[n.Name] = &scoreSlot{}
 	l.evicts[n.Name] = &evictSlot{}
+	l.refusals[n.Name] = &refusalSlot{}
+}
+
+// scoreShape is score for a request whose shape (tasks with equal shapes fit alike)
+// is known: a refusal of the same shape by the unchanged node is answered from
+// memory, with its message.
+func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *engine.Request) (ferr *engine.FitError, reason, why string) {
+	l.mu.RLock()
+	slot, ok := l.refusals[node]
+	version := l.version[node]
+	l.mu.RUnlock()
+	if ok {
+		slot.mu.Lock()
+		hit := slot.ferr != nil && slot.shape == shape && slot.version == version
+		ferr, reason = slot.ferr, slot.reason
+		slot.mu.Unlock()
+		if hit {
+			return ferr, reason, ""
+		}
+	}
+	ferr, why = l.score(task, node, req)
+	if ferr == nil || why != "" || !ok {
+		return ferr, "", why
+	}
+	reason = ferr.Error()
+	slot.mu.Lock()
+	slot.shape, slot.version, slot.ferr, slot.reason = shape, version, ferr, reason
+	slot.mu.Unlock()
+	return ferr, reason, ""
 }
 
 // evictAnswer returns the node's remembered answer to key, if the node has not

@@ -204,7 +204,7 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
 	defer timed("predicate", time.Now())
-	ferr, why := p.ledger.score(task.UID, node.Name, tr.req)
+	ferr, reason, why := p.ledger.scoreShape(task.UID, node.Name, tr.key, tr.req)
 	switch {
 	case why != "":
 		tr.refused.add(pendingNoInventory)
@@ -220,7 +220,7 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		if ferr.Resolvable() && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr)) {
 			code = vapi.Unschedulable
 		}
-		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: ferr.Error()})
+		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: reason})
 	}
 	return nil
 }

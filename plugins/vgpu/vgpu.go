@@ -30,8 +30,10 @@ type vgpuPlugin struct {
 	dec    *decoders
 	now    func() time.Time
 
-	mu       sync.RWMutex
-	requests map[vapi.TaskID]*taskRequest
+	mu sync.RWMutex
+	// requests caches each task's parsed demand (nil: none) for the session; read
+	// lock-free by the predicates Volcano runs in parallel.
+	requests sync.Map
 	// gangs is each job's minimum member count, read when a request is parsed.
 	gangs map[vapi.JobID]int
 	// ssn is the session this plugin was built for (a plugin lives one session).
@@ -73,7 +75,7 @@ func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	if err != nil {
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
 	}
-	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, now: time.Now, requests: map[vapi.TaskID]*taskRequest{},
+	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, now: time.Now,
 		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: newPipelines()}
 }
@@ -147,23 +149,15 @@ func (p *vgpuPlugin) request(task *vapi.TaskInfo) *taskRequest {
 	if task.Pod == nil {
 		return nil
 	}
-	p.mu.RLock()
-	tr, ok := p.requests[task.UID]
-	p.mu.RUnlock()
-	if ok {
-		return tr
+	if v, ok := p.requests.Load(task.UID); ok {
+		return v.(*taskRequest)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if tr, ok := p.requests[task.UID]; ok {
-		return tr
-	}
-	tr = nil
+	var tr *taskRequest
 	if p.args.Resources.HasVGPURequest(task.Pod) {
 		tr = p.parseRequest(task)
 	}
-	p.requests[task.UID] = tr
-	return tr
+	v, _ := p.requests.LoadOrStore(task.UID, tr)
+	return v.(*taskRequest)
 }
 
 func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
