@@ -18,6 +18,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
@@ -116,12 +117,13 @@ func submit(t *testing.T, jobs ...*batchv1alpha1.Job) {
 	}
 }
 
-// cleanup deletes the namespace's jobs, pods and PodGroups and waits until the pods are
+// cleanup checks the handoffs of the namespace's running vGPU pods, deletes its jobs, pods and PodGroups and waits until the pods are
 // gone, so the next scenario starts with free cards. The pods are deleted here because
 // this control plane runs no garbage collector (kube-controller-manager) to follow the
 // jobs' owner references.
 func cleanup(t *testing.T, namespace string) {
 	t.Helper()
+	checkRunningHandoffs(t, namespace)
 	ctx := context.Background()
 	_ = cl.Volcano.BatchV1alpha1().Jobs(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -145,35 +147,75 @@ func cleanup(t *testing.T, namespace string) {
 	}
 }
 
-// noOvercommit fails the test for any card holding more than it has.
+// noOvercommit fails the test for any card holding more than it has, by the pods'
+// assignments and by what the kubelets handed to the live containers.
 func noOvercommit(t *testing.T) map[string]*workload.CardUse {
 	t.Helper()
-	l, _, err := workload.Ledger(context.Background(), cl.Client)
+	l, pods, err := workload.Ledger(context.Background(), cl.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range workload.Overcommitted(l) {
 		t.Errorf("over-committed: %s", b)
 	}
+	for _, b := range workload.CRIOvercommitted(l, pods, handed(t)) {
+		t.Errorf("over-committed in the CRI records: %s", b)
+	}
 	return l
 }
 
-// checkHandoff compares every running pod's recorded environment with its assignment.
-func checkHandoff(t *testing.T, pods []corev1.Pod) {
+// handed reads what every node's kubelet handed to its containers.
+func handed(t *testing.T) *workload.Handed {
 	t.Helper()
-	var dirs []string
+	var dirs, checkpoints []string
 	for _, n := range nodes {
 		dirs = append(dirs, cl.RecordDir(n.Name))
+		checkpoints = append(checkpoints, cl.DeviceCheckpoint(n.Name))
 	}
-	recs, err := workload.Records(dirs)
+	h, err := workload.ReadHanded(dirs, checkpoints, api.ResourceNumber, cl.HookLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// checkHandoff compares what every running pod's containers received from the kubelet
+// with its assignment.
+func checkHandoff(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	h := handed(t)
 	for _, p := range pods {
-		for _, b := range workload.CheckHandoff(p, recs) {
+		for _, b := range workload.CheckHandoff(p, h) {
 			t.Error(b)
 		}
 	}
+}
+
+// checkRunningHandoffs checks the handoff of every running vGPU pod of the namespace and
+// that no card is over-committed; cleanup runs it, so every scenario ends with it.
+func checkRunningHandoffs(t *testing.T, namespace string) {
+	t.Helper()
+	pods, err := cl.Client.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && requestsCards(p) {
+			running = append(running, p)
+		}
+	}
+	checkHandoff(t, running)
+	noOvercommit(t)
+}
+
+func requestsCards(p corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if _, ok := c.Resources.Limits[corev1.ResourceName(api.ResourceNumber)]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func ptr[T any](v T) *T { return &v }
