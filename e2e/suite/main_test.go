@@ -79,7 +79,11 @@ func run(m *testing.M) int {
 	}
 	defer cl.Stop()
 	fmt.Println("== scenarios (logs in", cl.LogDir()+")")
-	return m.Run()
+	rc := m.Run()
+	for _, n := range nodes {
+		fmt.Printf("kubelet %s: %d MiB resident\n", n.Name, cl.KubeletRSS()[n.Name]>>20)
+	}
+	return rc
 }
 
 // ns creates a fresh namespace for a scenario.
@@ -117,34 +121,43 @@ func submit(t *testing.T, jobs ...*batchv1alpha1.Job) {
 	}
 }
 
-// cleanup checks the handoffs of the namespace's running vGPU pods, deletes its jobs, pods and PodGroups and waits until the pods are
-// gone, so the next scenario starts with free cards. The pods are deleted here because
-// this control plane runs no garbage collector (kube-controller-manager) to follow the
-// jobs' owner references.
+// cleanup checks the handoffs of the namespace's running vGPU pods, deletes its jobs,
+// waits until kube-controller-manager's garbage collector has removed their pods and
+// PodGroups (so the next scenario starts with free cards) and deletes the namespace.
 func cleanup(t *testing.T, namespace string) {
 	t.Helper()
 	checkRunningHandoffs(t, namespace)
 	ctx := context.Background()
 	_ = cl.Volcano.BatchV1alpha1().Jobs(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := waitCollected(ctx, namespace, 2*time.Minute); err != nil {
+		t.Errorf("namespace %s: %v", namespace, err)
+	}
+	_ = cl.Client.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{})
+}
+
+// waitCollected waits until the namespace holds no jobs, pods or PodGroups.
+func waitCollected(ctx context.Context, namespace string, timeout time.Duration) error {
+	var left string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		jobs, err := cl.Volcano.BatchV1alpha1().Jobs(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil || len(jobs.Items) > 0 {
+		if err != nil {
 			return false, nil
 		}
 		pods, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		if len(pods.Items) > 0 {
-			_ = cl.Client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		pgs, err := cl.Volcano.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
 			return false, nil
 		}
-		_ = cl.Volcano.SchedulingV1beta1().PodGroups(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		return true, nil
+		left = fmt.Sprintf("%d jobs, %s, %d PodGroups left", len(jobs.Items), workload.Summary(pods.Items), len(pgs.Items))
+		return len(jobs.Items)+len(pods.Items)+len(pgs.Items) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("namespace %s: pods not gone: %v", namespace, err)
+		return fmt.Errorf("not garbage-collected: %s: %w", left, err)
 	}
+	return nil
 }
 
 // noOvercommit fails the test for any card holding more than it has, by the pods'

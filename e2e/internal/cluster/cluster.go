@@ -84,7 +84,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w (logs in %s)", name, err, c.logDir)
 		}
-		fmt.Fprintf(o.Progress, "  %-22s up in %s\n", name, time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(o.Progress, "  %-24s up in %s\n", name, time.Since(start).Round(100*time.Millisecond))
 		return nil
 	}
 	var etcdURL string
@@ -95,6 +95,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if err := step("volcano CRDs", func() error { return c.installCRDs(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("kube-controller-manager", func() error { return c.startKubeControllerManager(ctx) }); err != nil {
 		return nil, err
 	}
 	if err := step("vc-webhook-manager", func() error { return c.startWebhook(ctx) }); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,6 +93,9 @@ func (c *Cluster) node(name string) (Node, bool) {
 // writeKubeletConfig writes the node's KubeletConfiguration: no cgroups of its own, no
 // swap, iptables or kernel-default checks, anonymous access to its own API on free
 // loopback ports, eviction and image GC that never trigger on a busy shared machine.
+// The node status is computed every second and sent when it changes, so the device
+// plugin's slots (and their health) reach the Node within a second, not at the next
+// 10 s sync.
 func (c *Cluster) writeKubeletConfig(name string) error {
 	port, err := freePort()
 	if err != nil {
@@ -124,6 +128,8 @@ serializeImagePulls: false
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+nodeStatusUpdateFrequency: 1s
+nodeStatusReportFrequency: 5m
 `, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs"))
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
 }
@@ -207,19 +213,14 @@ func (c *Cluster) KillAgent(name string) {
 	}
 }
 
-// WaitNodeReady waits until the Node is Ready, untainted, advertises slots and carries
-// the agent's inventory. Once the kubelet reports Ready it removes the
-// node.kubernetes.io/not-ready taint, the node lifecycle controller's job.
+// WaitNodeReady waits until the Node is Ready, untainted (kube-controller-manager's node
+// lifecycle controller removes the not-ready taint), advertises slots and carries the
+// agent's inventory.
 func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
 	return waitFor(ctx, "node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
-		}
-		if ready(n) {
-			if err := c.untaint(ctx, n); err != nil {
-				return false, err
-			}
 		}
 		q := n.Status.Allocatable[corev1.ResourceName(api.ResourceNumber)]
 		if !ready(n) || q.Value() == 0 || n.Annotations[api.AnnotationInventory] == "" || len(n.Spec.Taints) > 0 {
@@ -239,19 +240,25 @@ func ready(n *corev1.Node) bool {
 	return false
 }
 
-// untaint removes the not-ready taint from a Ready node.
-func (c *Cluster) untaint(ctx context.Context, n *corev1.Node) error {
-	var keep []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady {
-			keep = append(keep, t)
+// KubeletRSS returns the resident memory of each running kubelet, in bytes.
+func (c *Cluster) KubeletRSS() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int64{}
+	for name, p := range c.kubelets {
+		if done, _ := p.exited(); done {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				out[name] = kb << 10
+			}
 		}
 	}
-	if len(keep) == len(n.Spec.Taints) {
-		return nil
-	}
-	n = n.DeepCopy()
-	n.Spec.Taints = keep
-	_, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	return err
+	return out
 }
