@@ -3,6 +3,7 @@ package workload
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,6 +76,12 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 				fail("container %s: kubelet checkpoint slots %v miss card %s", ca.Name, slots, u)
 			}
 		}
+		// Nothing a live container uses may leave the host (the agent's garbage collection).
+		if lf := hostPathIn(r.Env[api.EnvLimitsFile], r.Mounts); lf == "" {
+			fail("container %s: no mount holds %s=%s", ca.Name, api.EnvLimitsFile, r.Env[api.EnvLimitsFile])
+		} else if _, err := os.Stat(lf); err != nil {
+			fail("container %s: its limits file is gone from the host: %v", ca.Name, err)
+		}
 		for _, msg := range checkHook(r, h.HookLibrary) {
 			fail("container %s: %s", ca.Name, msg)
 		}
@@ -88,6 +95,22 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 		}
 	}
 	return bad
+}
+
+// hostPathIn maps a path inside a container to the host through its mounts (the most
+// specific mount wins); "" when no mount holds it.
+func hostPathIn(path string, mounts []Mount) string {
+	best, out := -1, ""
+	for _, m := range mounts {
+		rel, err := filepath.Rel(m.ContainerPath, path)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		if len(m.ContainerPath) > best {
+			best, out = len(m.ContainerPath), filepath.Join(m.HostPath, rel)
+		}
+	}
+	return out
 }
 
 // smLimit is the agent's SM limit for assigned cores: 0 (memory only) runs uncapped.
