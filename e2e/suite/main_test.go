@@ -72,7 +72,10 @@ func run(m *testing.M) int {
 	}
 	fmt.Println("== starting cluster in", runDir)
 	cl, err = cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Nodes: nodes, SchedulerConf: confPath,
-		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s"}, Progress: os.Stdout})
+		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s",
+			// A card broken by an injected XID is checked every 2 s and healthy again 20 s
+			// after its last fatal event, within its scenario.
+			"--health-check-interval=2s", "--health-recover-after=20s"}, Progress: os.Stdout})
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -62,6 +62,7 @@ type Cluster struct {
 	agents   map[string]*proc
 	kubelets map[string]*proc
 	sched    *proc
+	api      *proc
 	logDir   string
 }
 
@@ -203,6 +204,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, etcdURL string) error {
 		return err
 	}
 	c.add(p)
+	c.mu.Lock()
+	c.api = p
+	c.mu.Unlock()
 	c.Kubeconfig = filepath.Join(c.Opts.RunDir, "kubeconfig")
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	kc := clientcmdapi.NewConfig()
@@ -337,6 +341,15 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		_, err := c.Volcano.SchedulingV1beta1().Queues().Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
+}
+
+// PauseAPIServer leaves kube-apiserver unresponsive for d: every client's requests
+// and watches hang, as when it is unreachable, then it answers again.
+func (c *Cluster) PauseAPIServer(d time.Duration) {
+	c.mu.Lock()
+	p := c.api
+	c.mu.Unlock()
+	p.pause(d)
 }
 
 // KillScheduler ends the scheduler at once, as a crash does.

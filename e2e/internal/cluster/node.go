@@ -27,6 +27,7 @@ import (
 //	kubelet.yaml       its KubeletConfiguration
 //	pod-logs/          container logs (podLogsDir), created by the CRI
 //	records/           what the kubelet passed to each container (one JSON per container)
+//	faults/            files the fake agent turns into NVML events (InjectXID)
 //	state/             the agent's state dir
 //	sysctl/            the files standing in for the kernel tunables the kubelet sets
 
@@ -189,6 +190,9 @@ func (c *Cluster) StartAgent(ctx context.Context, name string) error {
 		"--pod-resources-socket=" + c.podResourcesSocket(name),
 		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
 		"--hook-library=" + c.HookLibrary()}, c.Opts.AgentArgs...)
+	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
+		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
+	}
 	p, err := startProc(c.logDir, "agent-"+name, c.Opts.Bin.Agent, args...)
 	if err != nil {
 		return err
@@ -198,6 +202,24 @@ func (c *Cluster) StartAgent(ctx context.Context, name string) error {
 	c.agents[name] = p
 	c.mu.Unlock()
 	return nil
+}
+
+// InjectXID makes card index of the node's fake machine report the XID as a critical
+// NVML event (not on dgxa100 nodes).
+func (c *Cluster) InjectXID(node string, index int, xid uint64) error {
+	n, ok := c.node(node)
+	if !ok || n.Machine == "dgxa100" {
+		return fmt.Errorf("node %q cannot inject faults", node)
+	}
+	dir := filepath.Join(c.NodeDir(node), "faults")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(xid, 10)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("xid-%d", index)))
 }
 
 // HookLibrary is the hook library path every agent hands to its containers.
