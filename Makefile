@@ -82,7 +82,7 @@ bench-vgpu-core:
 # End to end: a real etcd + kube-apiserver + kube-controller-manager, Volcano's controllers,
 # Tessera's vc-scheduler and simulated GPU nodes (a real kubelet on an in-memory container
 # runtime, our device plugin on fake NVML), all on 127.0.0.1. Needs root (the kubelets' mount
-# namespaces). Binaries are built once into e2e/.cache/bin (first run ~15 min on 2 cores).
+# namespaces). Binaries are built once into e2e/.cache/bin (first run ~24 min on 2 cores).
 # See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
 

@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctx := context.Background()
+	if err := cluster.CheckRoot(); err != nil {
+		fmt.Println(err)
+		return 1
+	}
 	e2eDir, _ := filepath.Abs("..")
 	root := filepath.Dir(e2eDir)
 	cache := os.Getenv("TESSERA_E2E_CACHE")

@@ -68,8 +68,8 @@ type Cluster struct {
 
 // Start brings the cluster up. On error everything already started is stopped.
 func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
-	if os.Geteuid() != 0 {
-		return nil, errNotRoot
+	if err := CheckRoot(); err != nil {
+		return nil, err
 	}
 	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
@@ -123,6 +123,15 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 var errNotRoot = errors.New("the simulated GPU nodes run real kubelets, which need root: each runs in a private " +
 	"mount namespace with bind mounts over /var/lib/kubelet/device-plugins and the kernel tunables it sets " +
 	"(nothing on the host changes); run as root, e.g. sudo make e2e")
+
+// CheckRoot says why the harness cannot run when the process is not root; callers run it
+// before building anything.
+func CheckRoot() error {
+	if os.Geteuid() != 0 {
+		return errNotRoot
+	}
+	return nil
+}
 
 // Stop ends every process, newest first.
 func (c *Cluster) Stop() {
