@@ -79,13 +79,16 @@ bench-go:
 bench-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core bench; fi
 
-# End to end: a real etcd + kube-apiserver, Volcano's controllers, Tessera's vc-scheduler and
-# simulated GPU nodes (our device plugin on fake NVML + a kubelet stand-in), all on 127.0.0.1.
-# Binaries are built once into e2e/.cache/bin (first run ~10 min on 2 cores). See docs/e2e.md.
+# End to end: a real etcd + kube-apiserver + kube-controller-manager, Volcano's controllers,
+# Tessera's vc-scheduler and simulated GPU nodes (a real kubelet on an in-memory container
+# runtime, our device plugin on fake NVML), all on 127.0.0.1. Needs root (the kubelets' mount
+# namespaces). Binaries are built once into e2e/.cache/bin (first run ~24 min on 2 cores).
+# See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
 
 ## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
 e2e:
+	cd e2e/tools/kubelet && $(GO) vet ./fakecri && $(GO) test -count=1 ./fakecri
 	cd e2e && $(GO) vet ./... && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.

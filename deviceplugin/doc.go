@@ -10,8 +10,8 @@
 //   - metrics: the Prometheus collectors.
 //   - config: the versioned configuration file, environment and flags.
 //   - agent: wires the parts together for cmd/vgpu-device-plugin.
-//   - kubeletsim: a kubelet simulation for the tests and the e2e kubelet stand-in; the
-//     agent never imports it.
+//   - kubeletsim: a kubelet simulation for the unit tests (the e2e harness runs the real
+//     kubelet); the agent never imports it.
 //
 // docs/device-plugin.md describes the handoff mechanism and the container contract.
 package deviceplugin

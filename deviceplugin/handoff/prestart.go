@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -67,11 +68,9 @@ func (h *Handoff) owner(ctx context.Context, ids []string) (string, string, stri
 	var ns, name, container string
 	for _, pr := range list {
 		for _, c := range pr.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == h.cfg.Resource && sameSet(d.GetDeviceIds(), ids) {
-					ns, name, container = pr.GetNamespace(), pr.GetName(), c.GetName()
-					found = append(found, ns+"/"+name+"/"+container)
-				}
+			if held := h.slotsHeld(c); len(held) > 0 && sameSet(held, ids) {
+				ns, name, container = pr.GetNamespace(), pr.GetName(), c.GetName()
+				found = append(found, ns+"/"+name+"/"+container)
 			}
 		}
 	}
@@ -147,4 +146,24 @@ func (h *Handoff) mark(ctx context.Context, pod *corev1.Pod, state, msg string) 
 	}
 	klog.V(2).InfoS("Marked handoff", "pod", klog.KObj(pod), "state", state)
 	return true
+}
+
+// slotsHeld is every slot of our resource the kubelet reports for the container. The
+// kubelet (v1.34, containerDevicesFromResourceDeviceInstances) reports one entry per
+// slot and NUMA node, not one per container: the entries are joined, each slot once.
+func (h *Handoff) slotsHeld(c *podresourcesv1.ContainerResources) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range c.GetDevices() {
+		if d.GetResourceName() != h.cfg.Resource {
+			continue
+		}
+		for _, id := range d.GetDeviceIds() {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }

@@ -6,8 +6,9 @@
 // (when offered), then Allocate, then recording the slot IDs; PreStartContainer when the
 // container starts.
 //
-// The device plugin's unit tests drive it directly; e2e/internal/kubelet wraps it in a
-// stand-in that also registers a Node and moves pods through their phases.
+// The device plugin's unit tests drive it directly; the end-to-end harness runs the real
+// kubelet instead. Its PodResources answers follow the kubelet v1.34's shape (one entry
+// per slot), so that the agent is tested against what the kubelet really sends.
 package kubeletsim
 
 import (

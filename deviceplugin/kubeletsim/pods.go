@@ -66,8 +66,9 @@ type podResources struct {
 	k *Kubelet
 }
 
-// List reports the active pods and, per container, the slot IDs recorded for it. The
-// IDs are sorted, not in allocation order: the kubelet promises no order either.
+// List reports the active pods and, per container, the slot IDs recorded for it, one
+// entry per slot as the kubelet (v1.34) reports them. The IDs are sorted, not in
+// allocation order: the kubelet promises no order either.
 func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
 	k := p.k
 	k.mu.Lock()
@@ -80,7 +81,9 @@ func (p *podResources) List(context.Context, *podresourcesv1.ListPodResourcesReq
 			if ids := k.holders[pod.UID][c.Name]; len(ids) > 0 {
 				sorted := append([]string(nil), ids...)
 				sort.Strings(sorted)
-				cr.Devices = []*podresourcesv1.ContainerDevices{{ResourceName: k.opts.Resource, DeviceIds: sorted}}
+				for _, id := range sorted {
+					cr.Devices = append(cr.Devices, &podresourcesv1.ContainerDevices{ResourceName: k.opts.Resource, DeviceIds: []string{id}})
+				}
 			}
 			pr.Containers = append(pr.Containers, cr)
 		}

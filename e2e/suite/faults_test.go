@@ -55,7 +55,8 @@ func runningCount(n string) int {
 }
 
 // The device plugins of two nodes are killed in the middle of a burst and restarted:
-// pods bound meanwhile wait for the plugin and then start with exactly their cards.
+// every pod runs with exactly its cards, or was refused by its kubelet with a reason
+// (a real kubelet fails the admission of pods needing a plugin that is away).
 func TestFaultDevicePluginRestartMidBurst(t *testing.T) {
 	n := ns(t, "fault-dp")
 	defer cleanup(t, n)
@@ -74,8 +75,7 @@ func TestFaultDevicePluginRestartMidBurst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pods := waitAllRunning(t, n, jobs, 3*time.Minute)
-	checkHandoff(t, pods)
+	checkBurstOutcome(t, n, jobs)
 	noOvercommit(t)
 }
 

@@ -18,6 +18,7 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
@@ -41,6 +42,10 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctx := context.Background()
+	if err := cluster.CheckRoot(); err != nil {
+		fmt.Println(err)
+		return 1
+	}
 	e2eDir, _ := filepath.Abs("..")
 	root := filepath.Dir(e2eDir)
 	cache := os.Getenv("TESSERA_E2E_CACHE")
@@ -71,14 +76,21 @@ func run(m *testing.M) int {
 	}
 	fmt.Println("== starting cluster in", runDir)
 	cl, err = cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Nodes: nodes, SchedulerConf: confPath,
-		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s"}, Progress: os.Stdout})
+		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s",
+			// A card broken by an injected XID is checked every 2 s and healthy again 20 s
+			// after its last fatal event, within its scenario.
+			"--health-check-interval=2s", "--health-recover-after=20s"}, Progress: os.Stdout})
 	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
 	defer cl.Stop()
 	fmt.Println("== scenarios (logs in", cl.LogDir()+")")
-	return m.Run()
+	rc := m.Run()
+	for _, n := range nodes {
+		fmt.Printf("kubelet %s: %d MiB resident\n", n.Name, cl.KubeletRSS()[n.Name]>>20)
+	}
+	return rc
 }
 
 // ns creates a fresh namespace for a scenario.
@@ -116,64 +128,114 @@ func submit(t *testing.T, jobs ...*batchv1alpha1.Job) {
 	}
 }
 
-// cleanup deletes the namespace's jobs, pods and PodGroups and waits until the pods are
-// gone, so the next scenario starts with free cards. The pods are deleted here because
-// this control plane runs no garbage collector (kube-controller-manager) to follow the
-// jobs' owner references.
+// cleanup checks the handoffs of the namespace's running vGPU pods, deletes its jobs,
+// waits until kube-controller-manager's garbage collector has removed their pods and
+// PodGroups (so the next scenario starts with free cards) and deletes the namespace.
 func cleanup(t *testing.T, namespace string) {
 	t.Helper()
+	checkRunningHandoffs(t, namespace)
 	ctx := context.Background()
 	_ = cl.Volcano.BatchV1alpha1().Jobs(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := waitCollected(ctx, namespace, 2*time.Minute); err != nil {
+		t.Errorf("namespace %s: %v", namespace, err)
+	}
+	_ = cl.Client.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{})
+}
+
+// waitCollected waits until the namespace holds no jobs, pods or PodGroups.
+func waitCollected(ctx context.Context, namespace string, timeout time.Duration) error {
+	var left string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		jobs, err := cl.Volcano.BatchV1alpha1().Jobs(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil || len(jobs.Items) > 0 {
+		if err != nil {
 			return false, nil
 		}
 		pods, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		if len(pods.Items) > 0 {
-			_ = cl.Client.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		pgs, err := cl.Volcano.SchedulingV1beta1().PodGroups(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
 			return false, nil
 		}
-		_ = cl.Volcano.SchedulingV1beta1().PodGroups(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		return true, nil
+		left = fmt.Sprintf("%d jobs, %s, %d PodGroups left", len(jobs.Items), workload.Summary(pods.Items), len(pgs.Items))
+		return len(jobs.Items)+len(pods.Items)+len(pgs.Items) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("namespace %s: pods not gone: %v", namespace, err)
+		return fmt.Errorf("not garbage-collected: %s: %w", left, err)
 	}
+	return nil
 }
 
-// noOvercommit fails the test for any card holding more than it has.
+// noOvercommit fails the test for any card holding more than it has, by the pods'
+// assignments and by what the kubelets handed to the live containers.
 func noOvercommit(t *testing.T) map[string]*workload.CardUse {
 	t.Helper()
-	l, _, err := workload.Ledger(context.Background(), cl.Client)
+	l, pods, err := workload.Ledger(context.Background(), cl.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range workload.Overcommitted(l) {
 		t.Errorf("over-committed: %s", b)
 	}
+	for _, b := range workload.CRIOvercommitted(l, pods, handed(t)) {
+		t.Errorf("over-committed in the CRI records: %s", b)
+	}
 	return l
 }
 
-// checkHandoff compares every running pod's recorded environment with its assignment.
-func checkHandoff(t *testing.T, pods []corev1.Pod) {
+// handed reads what every node's kubelet handed to its containers.
+func handed(t *testing.T) *workload.Handed {
 	t.Helper()
-	var dirs []string
+	var dirs, checkpoints []string
 	for _, n := range nodes {
 		dirs = append(dirs, cl.RecordDir(n.Name))
+		checkpoints = append(checkpoints, cl.DeviceCheckpoint(n.Name))
 	}
-	recs, err := workload.Records(dirs)
+	h, err := workload.ReadHanded(dirs, checkpoints, api.ResourceNumber, cl.HookLibrary())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// checkHandoff compares what every running pod's containers received from the kubelet
+// with its assignment.
+func checkHandoff(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	h := handed(t)
 	for _, p := range pods {
-		for _, b := range workload.CheckHandoff(p, recs) {
+		for _, b := range workload.CheckHandoff(p, h) {
 			t.Error(b)
 		}
 	}
+}
+
+// checkRunningHandoffs checks the handoff of every running vGPU pod of the namespace and
+// that no card is over-committed; cleanup runs it, so every scenario ends with it.
+func checkRunningHandoffs(t *testing.T, namespace string) {
+	t.Helper()
+	pods, err := cl.Client.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && requestsCards(p) {
+			running = append(running, p)
+		}
+	}
+	checkHandoff(t, running)
+	noOvercommit(t)
+}
+
+func requestsCards(p corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if _, ok := c.Resources.Limits[corev1.ResourceName(api.ResourceNumber)]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -111,6 +111,19 @@ func (e *FitError) Detail() string {
 	return e.Error() + ": " + strings.Join(parts, "; ")
 }
 
+// Targeted counts the node's cards that the request's own filters (its GPU type and
+// UUID annotations) did not exclude: among nodes that all refuse a pod, the one with
+// the most is the one the pod aims at, and its refusal is the one worth reporting.
+func (e *FitError) Targeted() int {
+	n := e.Cards
+	for _, r := range e.Rejects {
+		if r.Reason == ReasonUUIDFilter || r.Reason == ReasonTypeFilter {
+			n--
+		}
+	}
+	return n
+}
+
 // Resolvable reports whether the container could fit if other tenants left the
 // node: enough of its cards fail only for usage (the filters apply the card's fixed
 // properties first, so a card refused for usage passed every fixed filter). A node

@@ -248,7 +248,11 @@ func (l *ledger) neverFits(r *engine.Request) (why, category string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	why, category = l.noCardsReason(), pendingNoInventory
-	for _, n := range l.nodes {
+	// Report the refusal of the node the pod aims at (most cards past its own filters;
+	// ties to the first name), not whichever node came last: a pod pinned to an
+	// unhealthy card must hear "unhealthy", not another node's "excluded by UUID".
+	best, bestNode := -1, ""
+	for name, n := range l.nodes {
 		idle := n.Clone()
 		for i := range idle.Cards {
 			idle.Cards[i].Used = engine.Usage{}
@@ -257,7 +261,10 @@ func (l *ledger) neverFits(r *engine.Request) (why, category string) {
 		if ferr == nil {
 			return "", ""
 		}
-		why, category = ferr.Error(), refusalOf(ferr)
+		if t := ferr.Targeted(); t > best || t == best && name < bestNode {
+			best, bestNode = t, name
+			why, category = ferr.Error(), refusalOf(ferr)
+		}
 	}
 	if len(l.unusable) > 0 && len(l.nodes) > 0 {
 		// The node that would fit may be one whose agent is gone: say so.

@@ -35,6 +35,9 @@ func main() {
 
 func run(ctx context.Context, root, samples, out, cache string, keep bool, settle time.Duration) error {
 	start := time.Now()
+	if err := cluster.CheckRoot(); err != nil {
+		return err
+	}
 	fmt.Println("== Building (first run: ~10 min on 2 cores; later runs reuse", cache+")")
 	bin, err := cluster.Build(ctx, root, filepath.Join(root, "e2e"), cache, os.Stdout)
 	if err != nil {

@@ -2,11 +2,13 @@
 // go-nvml fake machine instead of the NVIDIA driver. It exists only for the end-to-end
 // harness, so the product binary cmd/vgpu-device-plugin carries no fakes.
 //
-// Usage: fake-gpu-agent --machine=SHAPE [vgpu-device-plugin flags...]
+// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [vgpu-device-plugin flags...]
 //
 // Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
 // nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
-// that they are unique across nodes and stable across restarts of the agent.
+// that they are unique across nodes and stable across restarts of the agent. With
+// --fault-dir, a file xid-<index> holding an XID number makes that card report the XID
+// (a30x4 and l40sxN machines; see watchFaults).
 package main
 
 import (
@@ -31,7 +33,8 @@ import (
 )
 
 func main() {
-	shape, args := splitMachineFlag(os.Args[1:])
+	own, args := splitOwnFlags(os.Args[1:])
+	shape := own["machine"]
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	cfg, err := config.Load(args, os.LookupEnv, klogFlags)
@@ -56,6 +59,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if dir := own["fault-dir"]; dir != "" {
+		fm, ok := machine.(*nvmlfake.Machine)
+		if !ok {
+			klog.ErrorS(nil, "Fault injection needs an a30x4 or l40sxN machine", "shape", shape)
+			os.Exit(2)
+		}
+		go watchFaults(ctx, dir, fm)
+	}
 	klog.InfoS("Fake GPU machine", "shape", shape, "node", cfg.NodeName)
 	if err := agent.Run(ctx, cfg, agent.Deps{NVML: machine, Client: client, SysfsRoot: os.TempDir()}); err != nil {
 		klog.ErrorS(err, "Node agent stopped")
@@ -64,21 +75,23 @@ func main() {
 	klog.Flush()
 }
 
-// splitMachineFlag removes --machine=SHAPE (or --machine SHAPE) from the arguments.
-func splitMachineFlag(args []string) (string, []string) {
-	shape, rest := "dgxa100", make([]string, 0, len(args))
+// splitOwnFlags removes this program's own flags (--machine, default dgxa100, and
+// --fault-dir), as --name=value or --name value, from the arguments.
+func splitOwnFlags(args []string) (map[string]string, []string) {
+	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": ""}, make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case strings.HasPrefix(a, "--machine="):
-			shape = strings.TrimPrefix(a, "--machine=")
-		case a == "--machine" && i+1 < len(args):
-			shape = args[i+1]
-			i++
-		default:
-			rest = append(rest, a)
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(args[i], "--"), "=")
+		if _, ours := own[name]; !ours || !strings.HasPrefix(args[i], "--") {
+			rest = append(rest, args[i])
+			continue
 		}
+		if !hasValue && i+1 < len(args) {
+			i++
+			value = args[i]
+		}
+		own[name] = value
 	}
-	return shape, rest
+	return own, rest
 }
 
 // NewMachine builds the named fake machine with UUIDs GPU-<node>-<index>.

@@ -19,7 +19,10 @@ import (
 
 // Binaries are the programs a cluster runs.
 type Binaries struct {
-	Etcd, APIServer, VolcanoControllers, VolcanoWebhook, Scheduler, Agent, Kubelet string
+	Etcd, APIServer, ControllerManager, VolcanoControllers, VolcanoWebhook, Scheduler, Agent string
+	// Kubelet is the real kubelet; CRI our in-memory runtime for it; KubeletNS the
+	// launcher that gives each kubelet its own mount namespace.
+	Kubelet, CRI, KubeletNS string
 	// CRDs are Volcano's CRD files, from the volcano.sh/volcano module.
 	CRDs []string
 }
@@ -28,41 +31,50 @@ type Binaries struct {
 const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.34.2 " +
 	"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
 
-// Build builds what is missing into cacheDir and returns the paths. The control plane
-// (kube-apiserver, vc-controller-manager, vc-webhook-manager) is built once and reused
-// while present and built from the same tools module (a stamp holds the hash of its
-// go.sum, so a version change rebuilds it); Tessera's programs are rebuilt every time
+// Build builds what is missing into cacheDir and returns the paths. Kubernetes' and
+// Volcano's programs are built once and reused while present and built from the same
+// module (a stamp per module holds the hash of its go.sum, so a version change rebuilds
+// that module's programs only); Tessera's programs are rebuilt every time
 // (incrementally) so the run tests this tree.
 // root is the repository root (the product module), e2eDir the e2e module (Volcano's
-// programs); etcd and kube-apiserver build in its tools/kube module.
+// programs); etcd, kube-apiserver and kube-controller-manager build in its tools/kube
+// module, the kubelet and our in-memory CRI in tools/kubelet.
 func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, err
 	}
 	b := &Binaries{}
 	kubeDir := filepath.Join(e2eDir, "tools", "kube")
-	stamp, fresh, err := controlPlaneStamp(cacheDir, e2eDir, kubeDir)
-	if err != nil {
-		return nil, err
+	kubeletDir := filepath.Join(e2eDir, "tools", "kubelet")
+	kube, volcano, kubelet := stamp{file: "kube.stamp", module: kubeDir},
+		stamp{file: "volcano.stamp", module: e2eDir}, stamp{file: "kubelet.stamp", module: kubeletDir}
+	stamps := []*stamp{&kube, &volcano, &kubelet}
+	for _, s := range stamps {
+		if err := s.check(cacheDir); err != nil {
+			return nil, err
+		}
 	}
 	steps := []struct {
 		name, dir, pkg, ldflags, cold string
-		always                        bool
+		cached                        *stamp // nil: rebuilt every run
 		out                           *string
 	}{
 		// Kubernetes 1.34's etcd client needs etcd 3.5 or later; Debian bookworm ships 3.4.
-		{"etcd", kubeDir, "go.etcd.io/etcd/server/v3", "", "~1 min", false, &b.Etcd},
-		{"kube-apiserver", kubeDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", false, &b.APIServer},
-		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", false, &b.VolcanoControllers},
-		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", false, &b.VolcanoWebhook},
-		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", true, &b.Scheduler},
-		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", true, &b.Agent},
-		{"kubelet-standin", e2eDir, "./cmd/kubelet-standin", "", "~1 min", true, &b.Kubelet},
+		{"etcd", kubeDir, "go.etcd.io/etcd/server/v3", "", "~1 min", &kube, &b.Etcd},
+		{"kube-apiserver", kubeDir, "k8s.io/kubernetes/cmd/kube-apiserver", kubeLDFlags, "~4 min", &kube, &b.APIServer},
+		{"kube-controller-manager", kubeDir, "k8s.io/kubernetes/cmd/kube-controller-manager", kubeLDFlags, "~2 min", &kube, &b.ControllerManager},
+		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", &volcano, &b.VolcanoControllers},
+		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", &volcano, &b.VolcanoWebhook},
+		{"kubelet", kubeletDir, "k8s.io/kubernetes/cmd/kubelet", kubeLDFlags, "~4 min", &kubelet, &b.Kubelet},
+		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", nil, &b.Scheduler},
+		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", nil, &b.Agent},
+		{"fakecri", kubeletDir, "./fakecri", "", "~1 min", nil, &b.CRI},
+		{"kubelet-ns", e2eDir, "./cmd/kubelet-ns", "", "~10 s", nil, &b.KubeletNS},
 	}
 	for _, s := range steps {
 		*s.out = filepath.Join(cacheDir, s.name)
-		if _, err := os.Stat(*s.out); err == nil && !s.always && fresh {
-			fmt.Fprintf(progress, "  %-22s cached\n", s.name)
+		if _, err := os.Stat(*s.out); err == nil && s.cached != nil && s.cached.fresh {
+			fmt.Fprintf(progress, "  %-24s cached\n", s.name)
 			continue
 		}
 		args := []string{"build", "-o", *s.out}
@@ -74,8 +86,10 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cacheDir, stampFile), []byte(stamp), 0o644); err != nil {
-		return nil, err
+	for _, s := range stamps {
+		if err := os.WriteFile(filepath.Join(cacheDir, s.file), []byte(s.hash), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
 	if err != nil {
@@ -91,22 +105,24 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	return b, nil
 }
 
-const stampFile = "control-plane.stamp"
+// stamp is the cached binaries of one module: the hash of its go.sum, and whether the
+// cache was built from it.
+type stamp struct {
+	file, module string
+	hash         string
+	fresh        bool
+}
 
-// controlPlaneStamp hashes the modules' go.sum files and reports whether the cached
-// control-plane binaries were built from them.
-func controlPlaneStamp(cacheDir string, moduleDirs ...string) (stamp string, fresh bool, err error) {
-	h := sha256.New()
-	for _, d := range moduleDirs {
-		sum, err := os.ReadFile(filepath.Join(d, "go.sum"))
-		if err != nil {
-			return "", false, err
-		}
-		h.Write(sum)
+func (s *stamp) check(cacheDir string) error {
+	sum, err := os.ReadFile(filepath.Join(s.module, "go.sum"))
+	if err != nil {
+		return err
 	}
-	stamp = hex.EncodeToString(h.Sum(nil))
-	old, err := os.ReadFile(filepath.Join(cacheDir, stampFile))
-	return stamp, err == nil && string(old) == stamp, nil
+	h := sha256.Sum256(sum)
+	s.hash = hex.EncodeToString(h[:])
+	old, err := os.ReadFile(filepath.Join(cacheDir, s.file))
+	s.fresh = err == nil && string(old) == s.hash
+	return nil
 }
 
 func moduleDir(ctx context.Context, dir, module string) (string, error) {
@@ -122,7 +138,7 @@ func moduleDir(ctx context.Context, dir, module string) (string, error) {
 // runWithProgress runs a build and prints its elapsed time every 20 seconds.
 func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir, prog string, args ...string) error {
 	start := time.Now()
-	fmt.Fprintf(w, "  %-22s building (cold build %s)\n", name, cold)
+	fmt.Fprintf(w, "  %-24s building (cold build %s)\n", name, cold)
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir = dir
 	var out strings.Builder
@@ -140,10 +156,10 @@ func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir, prog str
 			if err != nil {
 				return fmt.Errorf("build %s: %w\n%s", name, err, out.String())
 			}
-			fmt.Fprintf(w, "  %-22s built in %s\n", name, time.Since(start).Round(time.Second))
+			fmt.Fprintf(w, "  %-24s built in %s\n", name, time.Since(start).Round(time.Second))
 			return nil
 		case <-tick.C:
-			fmt.Fprintf(w, "  %-22s still building (%s)\n", name, time.Since(start).Round(time.Second))
+			fmt.Fprintf(w, "  %-24s still building (%s)\n", name, time.Since(start).Round(time.Second))
 		}
 	}
 }

@@ -7,17 +7,16 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,8 +27,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 	vcclient "volcano.sh/apis/pkg/client/clientset/versioned"
-
-	"github.com/tessera-gpu/tessera/api"
 )
 
 // Node is one simulated GPU node.
@@ -60,16 +57,21 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	Volcano    vcclient.Interface
 
-	mu     sync.Mutex
-	procs  []*proc
-	agents map[string]*proc
-	sched  *proc
-	logDir string
+	mu       sync.Mutex
+	procs    []*proc
+	agents   map[string]*proc
+	kubelets map[string]*proc
+	sched    *proc
+	api      *proc
+	logDir   string
 }
 
 // Start brings the cluster up. On error everything already started is stopped.
 func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
-	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}}
+	if err := CheckRoot(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -83,7 +85,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w (logs in %s)", name, err, c.logDir)
 		}
-		fmt.Fprintf(o.Progress, "  %-22s up in %s\n", name, time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(o.Progress, "  %-24s up in %s\n", name, time.Since(start).Round(100*time.Millisecond))
 		return nil
 	}
 	var etcdURL string
@@ -94,6 +96,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if err := step("volcano CRDs", func() error { return c.installCRDs(ctx) }); err != nil {
+		return nil, err
+	}
+	if err := step("kube-controller-manager", func() error { return c.startKubeControllerManager(ctx) }); err != nil {
 		return nil, err
 	}
 	if err := step("vc-webhook-manager", func() error { return c.startWebhook(ctx) }); err != nil {
@@ -112,6 +117,20 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// errNotRoot says why the harness needs root, as a kubelet does.
+var errNotRoot = errors.New("the simulated GPU nodes run real kubelets, which need root: each runs in a private " +
+	"mount namespace with bind mounts over /var/lib/kubelet/device-plugins and the kernel tunables it sets " +
+	"(nothing on the host changes); run as root, e.g. sudo make e2e")
+
+// CheckRoot says why the harness cannot run when the process is not root; callers run it
+// before building anything.
+func CheckRoot() error {
+	if os.Geteuid() != 0 {
+		return errNotRoot
+	}
+	return nil
 }
 
 // Stop ends every process, newest first.
@@ -194,6 +213,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, etcdURL string) error {
 		return err
 	}
 	c.add(p)
+	c.mu.Lock()
+	c.api = p
+	c.mu.Unlock()
 	c.Kubeconfig = filepath.Join(c.Opts.RunDir, "kubeconfig")
 	server := fmt.Sprintf("https://127.0.0.1:%d", port)
 	kc := clientcmdapi.NewConfig()
@@ -330,105 +352,19 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	})
 }
 
+// PauseAPIServer leaves kube-apiserver unresponsive for d: every client's requests
+// and watches hang, as when it is unreachable, then it answers again.
+func (c *Cluster) PauseAPIServer(d time.Duration) {
+	c.mu.Lock()
+	p := c.api
+	c.mu.Unlock()
+	p.pause(d)
+}
+
 // KillScheduler ends the scheduler at once, as a crash does.
 func (c *Cluster) KillScheduler() {
 	c.mu.Lock()
 	p := c.sched
 	c.mu.Unlock()
 	p.kill()
-}
-
-// NodeDir is the node's directory: device-plugins/, pod-resources/, state/, records/.
-func (c *Cluster) NodeDir(node string) string { return filepath.Join(c.Opts.RunDir, "nodes", node) }
-
-// RecordDir holds one kubelet record (JSON) per started container of the node.
-func (c *Cluster) RecordDir(node string) string { return filepath.Join(c.NodeDir(node), "records") }
-
-func (c *Cluster) startNode(ctx context.Context, n Node) error {
-	dir := c.NodeDir(n.Name)
-	for _, d := range []string{"device-plugins", "pod-resources", "state", "records"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	var labels []string
-	for k, v := range n.Labels {
-		labels = append(labels, k+"="+v)
-	}
-	p, err := startProc(c.logDir, "kubelet-"+n.Name, c.Opts.Bin.Kubelet, "--kubeconfig="+c.Kubeconfig,
-		"--node-name="+n.Name, "--device-plugin-dir="+filepath.Join(dir, "device-plugins"),
-		"--pod-resources-socket="+filepath.Join(dir, "pod-resources", "kubelet.sock"),
-		"--record-dir="+filepath.Join(dir, "records"), "--labels="+strings.Join(labels, ","))
-	if err != nil {
-		return err
-	}
-	c.add(p)
-	if err := waitFor(ctx, "kubelet.sock of "+n.Name, 30*time.Second, p, func(context.Context) (bool, error) {
-		_, err := os.Stat(filepath.Join(dir, "device-plugins", "kubelet.sock"))
-		return err == nil, nil
-	}); err != nil {
-		return err
-	}
-	if err := c.StartAgent(ctx, n.Name); err != nil {
-		return err
-	}
-	return c.WaitNodeReady(ctx, n.Name, 60*time.Second)
-}
-
-func (c *Cluster) node(name string) (Node, bool) {
-	for _, n := range c.Opts.Nodes {
-		if n.Name == name {
-			return n, true
-		}
-	}
-	return Node{}, false
-}
-
-// StartAgent starts (or restarts) the node's device plugin.
-func (c *Cluster) StartAgent(ctx context.Context, name string) error {
-	n, ok := c.node(name)
-	if !ok {
-		return fmt.Errorf("no node %q", name)
-	}
-	dir := c.NodeDir(name)
-	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
-		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
-		"--pod-resources-socket=" + filepath.Join(dir, "pod-resources", "kubelet.sock"),
-		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
-		"--hook-library=" + filepath.Join(c.Opts.RunDir, "libvgpu.so")}, c.Opts.AgentArgs...)
-	p, err := startProc(c.logDir, "agent-"+name, c.Opts.Bin.Agent, args...)
-	if err != nil {
-		return err
-	}
-	c.add(p)
-	c.mu.Lock()
-	c.agents[name] = p
-	c.mu.Unlock()
-	return nil
-}
-
-// KillAgent ends the node's device plugin at once, as a crash does.
-func (c *Cluster) KillAgent(name string) {
-	c.mu.Lock()
-	p := c.agents[name]
-	c.mu.Unlock()
-	if p != nil {
-		p.kill()
-	}
-}
-
-// WaitNodeReady waits until the Node is Ready, untainted, advertises slots and carries
-// the agent's inventory.
-func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
-	return waitFor(ctx, "node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		q := n.Status.Allocatable[corev1.ResourceName(api.ResourceNumber)]
-		if q.Value() == 0 || n.Annotations[api.AnnotationInventory] == "" || len(n.Spec.Taints) > 0 {
-			return false, fmt.Errorf("slots %d, inventory %t, taints %v", q.Value(), n.Annotations[api.AnnotationInventory] != "", n.Spec.Taints)
-		}
-		return true, nil
-	})
 }

@@ -73,6 +73,14 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
+// pause stops the process (SIGSTOP) for d and lets it go on (SIGCONT): its connections
+// stay open and unanswered, as when a machine is unreachable.
+func (p *proc) pause(d time.Duration) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP)
+	time.Sleep(d)
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+}
+
 // kill ends the process at once, as a crash does.
 func (p *proc) kill() {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)

@@ -4,13 +4,8 @@ package workload
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +15,6 @@ import (
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/e2e/internal/kubelet"
 )
 
 // Container is one container's vGPU request. Zero fields are left out of the limits.
@@ -40,6 +34,14 @@ type Task struct {
 	Annotations map[string]string
 }
 
+// Every container requests this much CPU and memory: every kubelet on this machine reports
+// the machine's own capacity (2 CPUs, 24 GiB on the project's machines), so a request
+// sized for a real node would let only a handful of pods onto each simulated one.
+const (
+	RequestCPU    = "10m"
+	RequestMemory = "16Mi"
+)
+
 // Job returns a VolcanoJob for Volcano's scheduler in the queue, spelled out as the
 // samples do. An empty queue and a zero minAvailable are left to Volcano's admission
 // webhook, which also fills in a missing schedulerName.
@@ -51,7 +53,7 @@ func Job(ns, name, queue string, minAvailable int32, tasks ...Task) *batchv1alph
 		for _, c := range t.Containers {
 			ctr := corev1.Container{Name: c.Name, Image: "busybox", Command: []string{"sleep", "infinity"},
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}}}
+					corev1.ResourceCPU: resource.MustParse(RequestCPU), corev1.ResourceMemory: resource.MustParse(RequestMemory)}}}
 			if c.SleepSeconds > 0 {
 				ctr.Command = []string{"sleep", strconv.Itoa(c.SleepSeconds)}
 			}
@@ -128,132 +130,4 @@ func Summary(pods []corev1.Pod) string {
 		m[k]++
 	}
 	return fmt.Sprint(len(pods), " pods ", m)
-}
-
-// Records reads every container record the kubelet stand-ins wrote, by pod UID/container.
-func Records(nodeRecordDirs []string) (map[string]kubelet.Record, error) {
-	out := map[string]kubelet.Record{}
-	for _, dir := range nodeRecordDirs {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			var r kubelet.Record
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			out[r.UID+"/"+r.Container] = r
-		}
-	}
-	return out, nil
-}
-
-// CheckHandoff compares what a running pod's containers received with its assignment:
-// node, visible cards, memory limit and SM limit, in the environment and in the limits
-// file, and the kubelet's slot IDs. It returns every mismatch.
-func CheckHandoff(p corev1.Pod, records map[string]kubelet.Record) []string {
-	var bad []string
-	fail := func(f string, a ...any) {
-		bad = append(bad, fmt.Sprintf("%s/%s: ", p.Namespace, p.Name)+fmt.Sprintf(f, a...))
-	}
-	raw := p.Annotations[api.AnnotationAssignment]
-	if raw == "" {
-		fail("no %s annotation", api.AnnotationAssignment)
-		return bad
-	}
-	a, err := api.DecodeAssignment(raw)
-	if err != nil {
-		fail("%v", err)
-		return bad
-	}
-	if a.Node != p.Spec.NodeName {
-		fail("assignment names node %q, pod is on %q", a.Node, p.Spec.NodeName)
-	}
-	if h := p.Annotations[api.AnnotationHandoff]; h != api.HandoffDone {
-		fail("%s is %q, want done", api.AnnotationHandoff, h)
-	}
-	for _, ca := range a.Containers {
-		r, ok := records[string(p.UID)+"/"+ca.Name]
-		if !ok {
-			fail("container %s: no kubelet record", ca.Name)
-			continue
-		}
-		if r.UID != string(p.UID) || r.Node != p.Spec.NodeName {
-			fail("container %s: record is for uid %s on %s", ca.Name, r.UID, r.Node)
-		}
-		want := map[string]string{}
-		for _, c := range ca.Cards {
-			cores := c.Cores
-			if cores == 0 {
-				cores = 100
-			}
-			want[c.UUID] = fmt.Sprintf("%d/%d", c.MemoryMiB, cores)
-		}
-		for src, env := range map[string]map[string]string{"env": r.Env, "limits file": r.LimitsFile} {
-			got, err := perCard(env)
-			if err != nil {
-				fail("container %s %s: %v", ca.Name, src, err)
-			} else if !equal(got, want) {
-				fail("container %s %s: got %v, assignment %v", ca.Name, src, got, want)
-			}
-		}
-		slotCards := map[string]bool{}
-		for _, id := range r.DeviceIDs {
-			uuid, _, _ := strings.Cut(id, "::")
-			slotCards[uuid] = true
-		}
-		if len(slotCards) != len(want) || len(r.DeviceIDs) != len(want) {
-			fail("container %s: kubelet slots %v for cards %v", ca.Name, r.DeviceIDs, keys(want))
-		}
-		for u := range want {
-			if !slotCards[u] {
-				fail("container %s: kubelet slots %v miss card %s", ca.Name, r.DeviceIDs, u)
-			}
-		}
-	}
-	return bad
-}
-
-func perCard(env map[string]string) (map[string]string, error) {
-	uuids := split(env[api.EnvVisibleUUIDs])
-	mem, sm := split(env[api.EnvMemoryLimitMiB]), split(env[api.EnvSMLimit])
-	if len(uuids) == 0 || len(mem) != len(uuids) || len(sm) != len(uuids) {
-		return nil, fmt.Errorf("%s=%q %s=%q %s=%q", api.EnvVisibleUUIDs, env[api.EnvVisibleUUIDs],
-			api.EnvMemoryLimitMiB, env[api.EnvMemoryLimitMiB], api.EnvSMLimit, env[api.EnvSMLimit])
-	}
-	out := map[string]string{}
-	for i, u := range uuids {
-		out[u] = mem[i] + "/" + sm[i]
-	}
-	return out, nil
-}
-
-func split(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -1,0 +1,108 @@
+// Command kubelet-ns starts a kubelet in a private mount namespace of its own, so that
+// several kubelets share one machine without touching the host:
+//
+//   - /var/lib is a fresh tmpfs, and --device-plugins is bind-mounted at
+//     /var/lib/kubelet/device-plugins (the kubelet's device manager ignores any configured
+//     path for its registration socket and checkpoint);
+//   - each kernel tunable the kubelet sets at start-up (vm.overcommit_memory, kernel.panic,
+//     ...) is a bind-mounted file under --sysctl-dir holding the host's value, so the
+//     kubelet's writes land there and not in the host's kernel.
+//
+// Then it executes the kubelet with the remaining arguments. It needs root.
+//
+// Usage: kubelet-ns --device-plugins=DIR --sysctl-dir=DIR -- KUBELET [ARGS...]
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// tunables are the /proc/sys entries the kubelet's container manager sets
+// (setupKernelTunables in pkg/kubelet/cm).
+func tunables() []string {
+	return []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+		"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+}
+
+// The namespace belongs to the thread that unshares it: main runs locked to the main
+// thread, and exec replaces the whole process from there.
+func init() { runtime.LockOSThread() }
+
+func main() {
+	plugins := flag.String("device-plugins", "", "host directory to show at /var/lib/kubelet/device-plugins")
+	sysctlDir := flag.String("sysctl-dir", "", "host directory for the files that stand in for kernel tunables")
+	flag.Parse()
+	args := flag.Args()
+	if *plugins == "" || *sysctlDir == "" || len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kubelet-ns --device-plugins=DIR --sysctl-dir=DIR -- KUBELET [ARGS...]")
+		os.Exit(2)
+	}
+	if err := enter(*plugins, *sysctlDir); err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet-ns:", err)
+		os.Exit(1)
+	}
+	err := syscall.Exec(args[0], args, os.Environ())
+	fmt.Fprintf(os.Stderr, "kubelet-ns: exec %s: %v\n", args[0], err)
+	os.Exit(1)
+}
+
+// enter unshares the mount namespace and sets up the mounts.
+func enter(plugins, sysctlDir string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: a kubelet runs in a private mount namespace with bind mounts")
+	}
+	if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare the mount namespace: %w", err)
+	}
+	// Without this, mounts below would propagate back to the host's shared mounts.
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	if err := syscall.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=0755"); err != nil {
+		return fmt.Errorf("tmpfs on /var/lib: %w", err)
+	}
+	target := "/var/lib/kubelet/device-plugins"
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := bind(plugins, target); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(sysctlDir, 0o755); err != nil {
+		return err
+	}
+	for _, t := range tunables() {
+		proc := filepath.Join("/proc/sys", t)
+		cur, err := os.ReadFile(proc)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // an older kernel; the kubelet only warns
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", proc, err)
+		}
+		file := filepath.Join(sysctlDir, strings.ReplaceAll(t, "/", "."))
+		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(file, cur, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := bind(file, proc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bind(src, dst string) error {
+	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+	}
+	return nil
+}

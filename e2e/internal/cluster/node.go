@@ -1,0 +1,286 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// A simulated GPU node is three processes: our in-memory CRI (fakecri), a real kubelet
+// in a private mount namespace (kubelet-ns) talking to it, and Tessera's node agent on a
+// go-nvml fake machine as the kubelet's device plugin. Its directory holds:
+//
+//	cri.sock           the CRI socket
+//	device-plugins/    seen by the kubelet as /var/lib/kubelet/device-plugins: kubelet.sock,
+//	                   the agent's socket, the device manager's checkpoint
+//	kubelet/           the kubelet's --root-dir (pods/, pod-resources/kubelet.sock, pki/)
+//	kubelet.yaml       its KubeletConfiguration
+//	pod-logs/          container logs (podLogsDir), created by the CRI
+//	records/           what the kubelet passed to each container (one JSON per container)
+//	faults/            files the fake agent turns into NVML events (InjectXID)
+//	state/             the agent's state dir
+//	sysctl/            the files standing in for the kernel tunables the kubelet sets
+
+// NodeDir is the node's directory.
+func (c *Cluster) NodeDir(node string) string { return filepath.Join(c.Opts.RunDir, "nodes", node) }
+
+// RecordDir holds one CRI record (JSON) per container the node's kubelet created.
+func (c *Cluster) RecordDir(node string) string { return filepath.Join(c.NodeDir(node), "records") }
+
+// DeviceCheckpoint is the node's kubelet device manager checkpoint file.
+func (c *Cluster) DeviceCheckpoint(node string) string {
+	return filepath.Join(c.NodeDir(node), "device-plugins", "kubelet_internal_checkpoint")
+}
+
+func (c *Cluster) podResourcesSocket(node string) string {
+	return filepath.Join(c.NodeDir(node), "kubelet", "pod-resources", "kubelet.sock")
+}
+
+func (c *Cluster) startNode(ctx context.Context, n Node) error {
+	dir := c.NodeDir(n.Name)
+	for _, d := range []string{"device-plugins", "kubelet", "pod-logs", "records", "state", "sysctl"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	sock := filepath.Join(dir, "cri.sock")
+	cri, err := startProc(c.logDir, "cri-"+n.Name, c.Opts.Bin.CRI, "--socket="+sock,
+		"--record-dir="+c.RecordDir(n.Name), "--node="+n.Name)
+	if err != nil {
+		return err
+	}
+	c.add(cri)
+	if err := waitFor(ctx, "CRI socket of "+n.Name, 30*time.Second, cri, fileExists(sock)); err != nil {
+		return err
+	}
+	if err := c.writeKubeletConfig(n.Name); err != nil {
+		return err
+	}
+	if err := c.StartKubelet(ctx, n.Name); err != nil {
+		return err
+	}
+	if err := c.StartAgent(ctx, n.Name); err != nil {
+		return err
+	}
+	return c.WaitNodeReady(ctx, n.Name, 90*time.Second)
+}
+
+func fileExists(path string) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return err == nil, nil
+	}
+}
+
+func (c *Cluster) node(name string) (Node, bool) {
+	for _, n := range c.Opts.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// writeKubeletConfig writes the node's KubeletConfiguration: no cgroups of its own, no
+// swap, iptables or kernel-default checks, anonymous access to its own API on free
+// loopback ports, eviction and image GC that never trigger on a busy shared machine.
+// The node status is computed every second and sent when it changes, so the device
+// plugin's slots (and their health) reach the Node within a second, not at the next
+// 10 s sync.
+func (c *Cluster) writeKubeletConfig(name string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		return err
+	}
+	dir := c.NodeDir(name)
+	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+evictionHard: {memory.available: 1Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+nodeStatusUpdateFrequency: 1s
+nodeStatusReportFrequency: 5m
+`, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs"))
+	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
+}
+
+// StartKubelet starts (or restarts) the node's kubelet and waits for its device plugin
+// registration socket.
+func (c *Cluster) StartKubelet(ctx context.Context, name string) error {
+	n, ok := c.node(name)
+	if !ok {
+		return fmt.Errorf("no node %q", name)
+	}
+	dir := c.NodeDir(name)
+	var labels []string
+	for k, v := range n.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	sock := filepath.Join(dir, "device-plugins", "kubelet.sock")
+	// A restarted kubelet recreates it; waiting for the old one would return at once.
+	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	p, err := startProc(c.logDir, "kubelet-"+name, c.Opts.Bin.KubeletNS,
+		"--device-plugins="+filepath.Join(dir, "device-plugins"), "--sysctl-dir="+filepath.Join(dir, "sysctl"), "--",
+		c.Opts.Bin.Kubelet, "--config="+filepath.Join(dir, "kubelet.yaml"), "--kubeconfig="+c.Kubeconfig,
+		"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+name, "--node-labels="+strings.Join(labels, ","))
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	c.mu.Lock()
+	c.kubelets[name] = p
+	c.mu.Unlock()
+	return waitFor(ctx, "kubelet.sock of "+name, 60*time.Second, p, fileExists(sock))
+}
+
+// KillKubelet ends the node's kubelet at once, as a crash does; its containers stay in
+// the CRI, as they stay in a container runtime.
+func (c *Cluster) KillKubelet(name string) {
+	c.mu.Lock()
+	p := c.kubelets[name]
+	c.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// StartAgent starts (or restarts) the node's device plugin.
+func (c *Cluster) StartAgent(ctx context.Context, name string) error {
+	n, ok := c.node(name)
+	if !ok {
+		return fmt.Errorf("no node %q", name)
+	}
+	dir := c.NodeDir(name)
+	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
+		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
+		"--pod-resources-socket=" + c.podResourcesSocket(name),
+		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
+		"--hook-library=" + c.HookLibrary()}, c.Opts.AgentArgs...)
+	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
+		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
+	}
+	p, err := startProc(c.logDir, "agent-"+name, c.Opts.Bin.Agent, args...)
+	if err != nil {
+		return err
+	}
+	c.add(p)
+	c.mu.Lock()
+	c.agents[name] = p
+	c.mu.Unlock()
+	return nil
+}
+
+// InjectXID makes card index of the node's fake machine report the XID as a critical
+// NVML event (not on dgxa100 nodes).
+func (c *Cluster) InjectXID(node string, index int, xid uint64) error {
+	n, ok := c.node(node)
+	if !ok || n.Machine == "dgxa100" {
+		return fmt.Errorf("node %q cannot inject faults", node)
+	}
+	dir := filepath.Join(c.NodeDir(node), "faults")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(xid, 10)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("xid-%d", index)))
+}
+
+// HookLibrary is the hook library path every agent hands to its containers.
+func (c *Cluster) HookLibrary() string { return filepath.Join(c.Opts.RunDir, "libvgpu.so") }
+
+// KillAgent ends the node's device plugin at once, as a crash does.
+func (c *Cluster) KillAgent(name string) {
+	c.mu.Lock()
+	p := c.agents[name]
+	c.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// WaitNodeReady waits until the Node is Ready, untainted (kube-controller-manager's node
+// lifecycle controller removes the not-ready taint), advertises slots and carries the
+// agent's inventory.
+func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	return waitFor(ctx, "node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		q := n.Status.Allocatable[corev1.ResourceName(api.ResourceNumber)]
+		if !ready(n) || q.Value() == 0 || n.Annotations[api.AnnotationInventory] == "" || len(n.Spec.Taints) > 0 {
+			return false, fmt.Errorf("ready %t, slots %d, inventory %t, taints %v", ready(n), q.Value(),
+				n.Annotations[api.AnnotationInventory] != "", n.Spec.Taints)
+		}
+		return true, nil
+	})
+}
+
+func ready(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// KubeletRSS returns the resident memory of each running kubelet, in bytes.
+func (c *Cluster) KubeletRSS() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int64{}
+	for name, p := range c.kubelets {
+		if done, _ := p.exited(); done {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				out[name] = kb << 10
+			}
+		}
+	}
+	return out
+}
