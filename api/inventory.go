@@ -103,6 +103,11 @@ func DecodeInventory(s string) (*NodeInventory, error) {
 	if err := inv.Validate(); err != nil {
 		return nil, err
 	}
+	if len(inv.Links) == 0 {
+		// "links": [] says what an absent matrix says; keep one form, so that an
+		// inventory re-encodes to itself.
+		inv.Links = nil
+	}
 	return &inv, nil
 }
 
