@@ -19,6 +19,7 @@ import (
 
 func main() {
 	root, _ := filepath.Abs("..")
+	reclaim := flag.Bool("reclaim", true, "after the table, show a queue reclaiming cards from another (a second table)")
 	keep := flag.Bool("keep", false, "leave the cluster running (until Ctrl-C) and print kubectl instructions")
 	samples := flag.String("samples", filepath.Join(root, "config", "samples"), "directory of YAML files to submit, in name order")
 	out := flag.String("out", "", "file for the placement table (default <run dir>/placement.txt)")
@@ -27,13 +28,13 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, root, *samples, *out, *cache, *keep, *settle); err != nil {
+	if err := run(ctx, root, *samples, *out, *cache, *keep, *reclaim, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, root, samples, out, cache string, keep bool, settle time.Duration) error {
+func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bool, settle time.Duration) error {
 	start := time.Now()
 	if err := cluster.CheckRoot(); err != nil {
 		return err
@@ -82,6 +83,21 @@ func run(ctx context.Context, root, samples, out, cache string, keep bool, settl
 	}
 	fmt.Print("\n", table, "\n")
 	fmt.Printf("Table written to %s; logs in %s (%s in all)\n", out, c.LogDir(), time.Since(start).Round(time.Second))
+	if reclaim {
+		fmt.Println("== Reclaim between queues")
+		lines, err := showReclaim(ctx, c, "tessera-demo", settle)
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			fmt.Println("  ", l)
+		}
+		after, err := placement(ctx, c, "tessera-demo")
+		if err != nil {
+			return err
+		}
+		fmt.Print("\n", after, "\n")
+	}
 	if !keep {
 		return nil
 	}
