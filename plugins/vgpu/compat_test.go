@@ -104,3 +104,36 @@ func TestExampleSchedulerConfLoadsAndItsArgumentsAreValid(t *testing.T) {
 		t.Fatal("the example does not enable the vgpu plugin")
 	}
 }
+
+// TestHAMiRegistrationIsReadWithoutAHandshake: Volcano master and HAMi's Volcano device
+// plugin no longer write volcano.sh/node-vgpu-handshake, and an old one may be left
+// behind. The registration is read as the node's current cards whatever the handshake
+// says; the node's own Ready condition (the not-ready taint) is what takes a dead node
+// out of scheduling.
+func TestHAMiRegistrationIsReadWithoutAHandshake(t *testing.T) {
+	for name, handshake := range map[string]string{
+		"no handshake":      "",
+		"a day-old one":     "Reported_" + time.Now().Add(-24*time.Hour).Format("2006.01.02 15:04:05"),
+		"a deleted one":     "Deleted_" + time.Now().Add(-time.Hour).Format("2006.01.02 15:04:05"),
+		"an unreadable one": "yesterday",
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := cpuNode("hami")
+			node.Annotations = map[string]string{api.VolcanoNodeRegister: "GPU-h0,10,16384,NVIDIA-Tesla-T4,true:"}
+			if handshake != "" {
+				node.Annotations[api.VolcanoNodeHandshake] = handshake
+			}
+			node.Status.Allocatable[api.ResourceNumber] = *node.Status.Allocatable.Pods()
+			utc := &uthelper.TestCommonStruct{
+				Nodes:     []*corev1.Node{node},
+				PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)},
+				Pods:      []*corev1.Pod{vgpuPod("p", "pg", 1, 8000, 40, nil)},
+				Queues:    queues(),
+			}
+			ssn, _ := session(t, utc, true, nil)
+			if a := taskAssignments(t, ssn)["p"]; a == nil || a.Containers[0].Cards[0].UUID != "GPU-h0" {
+				t.Fatalf("assignment %+v, want card GPU-h0 of the registration", a)
+			}
+		})
+	}
+}
