@@ -123,27 +123,7 @@ func TestFaultStaleAgent(t *testing.T) {
 	jobs := burst(n, "l", 4, map[string]string{api.AnnotationGPUTypeInclude: "L40S"})
 	submit(t, jobs...)
 	// Give the scheduler several sessions; nothing may bind to the stale node.
-	var reason string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		pods, err := cl.Client.CoreV1().Pods(n).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" {
-				return false, fmt.Errorf("pod %s bound to %s while its agent is gone", p.Name, p.Spec.NodeName)
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
-					reason = c.Message
-				}
-			}
-		}
-		return reason != "", nil
-	})
-	if err != nil {
-		t.Fatalf("stale node: %v", err)
-	}
+	reason := pendingReason(t, n, "", "its agent is gone")
 	t.Logf("pending reason while gpu-d is stale: %s", reason)
 	// The pods may go only to gpu-d (L40S): the reason must name it and its heartbeat.
 	if !strings.Contains(reason, "node gpu-d: node agent heartbeat is") {

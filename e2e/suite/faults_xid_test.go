@@ -47,7 +47,7 @@ func TestFaultXIDWhilePodsRun(t *testing.T) {
 
 	late := burst(n, "y", 1, pin)
 	submit(t, late...)
-	reason := pendingReason(t, n, "y")
+	reason := pendingReason(t, n, "y", "its card is unhealthy")
 	t.Logf("pod pinned to the unhealthy card: %s", reason)
 	// Volcano puts one node's reason on the pod; its PodGroup carries every node's.
 	if pg := podGroupReasons(t, n); !strings.Contains(reason+pg, "unhealthy") {
@@ -85,8 +85,8 @@ func cardHealth(ctx context.Context, node, uuid string) (int64, bool) {
 
 // pendingReason waits until an unbound pod of the namespace whose name starts with
 // prefix carries a PodScheduled=False message and returns it; such a pod bound meanwhile
-// fails the test.
-func pendingReason(t *testing.T, namespace, prefix string) string {
+// fails the test ("bound to <node> while <while>").
+func pendingReason(t *testing.T, namespace, prefix, while string) string {
 	t.Helper()
 	var reason string
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -99,7 +99,7 @@ func pendingReason(t *testing.T, namespace, prefix string) string {
 				continue
 			}
 			if p.Spec.NodeName != "" {
-				return false, fmt.Errorf("pod %s bound to %s while its card is unhealthy", p.Name, p.Spec.NodeName)
+				return false, fmt.Errorf("pod %s bound to %s while %s", p.Name, p.Spec.NodeName, while)
 			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
@@ -110,7 +110,7 @@ func pendingReason(t *testing.T, namespace, prefix string) string {
 		return reason != "", nil
 	})
 	if err != nil {
-		t.Fatalf("pinned pod: %v", err)
+		t.Fatalf("pending pods of %s/%s*: %v", namespace, prefix, err)
 	}
 	return reason
 }
