@@ -20,6 +20,7 @@ import (
 // DeallocateFunc runs) instead of binding a vGPU pod without cards.
 func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	task := e.Task
+	p.touched(task)
 	if task.Status == vapi.Pipelined {
 		p.onPipeline(e)
 		return
@@ -95,6 +96,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 // onDeallocate gives back the cards of an allocation that is rolled back.
 func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 	task := e.Task
+	p.touched(task)
 	p.unpipeline(task.UID)
 	if task.Status == vapi.Releasing {
 		// An evicted pod holds its cards until it is gone; a later session sees that.
@@ -117,4 +119,12 @@ func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 	delete(l.booked, task.UID)
 	p.store.delete(types.UID(task.UID))
 	klog.V(4).InfoS("vGPU cards released", "task", klog.KRef(task.Namespace, task.Name), "node", b.node)
+}
+
+// touched marks the node of a vGPU task whose state changed, so that preempt and
+// reclaim look at the node's tasks again.
+func (p *vgpuPlugin) touched(task *vapi.TaskInfo) {
+	if p.ledger != nil && task.NodeName != "" && p.request(task) != nil {
+		p.ledger.touch(task.NodeName)
+	}
 }

@@ -29,17 +29,27 @@ import (
 // share (reclaim), or of the same queue at a lower priority (preempt), and in either
 // case only members their job can spare (gangSpare).
 func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskInfo) bool {
-	tj, vj := ssn.Jobs[task.Job], ssn.Jobs[victim.Job]
-	if tj == nil || vj == nil || !victim.Preemptable || gangSpare(vj, tj.Queue != vj.Queue) <= 0 {
-		return false
+	_, ok := p.evictableReady(ssn, ssn.Jobs[task.Job], task, ssn.Jobs[victim.Job], victim)
+	return ok
+}
+
+// evictableReady is evictable for an evictor of job tj and a victim of job vj, with
+// vj's ready members (which name its state in the eviction memo).
+func (p *vgpuPlugin) evictableReady(ssn *framework.Session, tj *vapi.JobInfo, task *vapi.TaskInfo, vj *vapi.JobInfo, victim *vapi.TaskInfo) (int32, bool) {
+	if tj == nil || vj == nil || !victim.Preemptable {
+		return 0, false
+	}
+	ready := vj.ReadyTaskNum()
+	if spareOf(vj, ready, tj.Queue != vj.Queue) <= 0 {
+		return ready, false
 	}
 	if tj.Queue == vj.Queue {
-		return victim.Priority < task.Priority || vj.Priority < tj.Priority
+		return ready, victim.Priority < task.Priority || vj.Priority < tj.Priority
 	}
 	if q := ssn.Queues[vj.Queue]; q == nil || !q.Reclaimable() {
-		return false
+		return ready, false
 	}
-	return p.shares != nil && p.shares.aboveShare(vj.Queue)
+	return ready, p.shares != nil && p.shares.aboveShare(vj.Queue)
 }
 
 // gangSpare is how many of a job's running members may be evicted. Under reclaim
@@ -47,7 +57,10 @@ func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskIn
 // reclaimed); under preempt the shipped conf turns gang's check off, and the plugin
 // keeps a gang's minimum itself while a one-member job may be preempted whole.
 func gangSpare(job *vapi.JobInfo, reclaim bool) int32 {
-	ready := job.ReadyTaskNum()
+	return spareOf(job, job.ReadyTaskNum(), reclaim)
+}
+
+func spareOf(job *vapi.JobInfo, ready int32, reclaim bool) int32 {
 	if !reclaim && job.MinAvailable <= 1 {
 		return ready
 	}
@@ -70,45 +83,107 @@ func (p *vgpuPlugin) preemptive(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool
 }
 
 // evictionCouldHelp reports whether Volcano should try to evict for this task on
-// this node: the task does not fit the node even once the pods already being evicted
-// there are gone (else it waits for them, evicting nothing), and the victims the
-// plugin would choose among every task it may evict there make it fit. Preempt and
-// reclaim ask it of every node for every pending task, so the answer is remembered
-// per node while the node's bookings, its evictable, releasing and pipelined tasks
-// and the request's shape are unchanged. It matches the plugin's victim choice:
-// where the plugin would offer no victims, Volcano would take them from a later
-// tier, which knows nothing of cards.
+// this node: the victims the plugin would choose among every task it may evict there
+// make it fit, or it fits already once the pods being evicted there are gone and
+// Volcano would pipeline it without evicting anything (pipelinesWithoutEviction: a
+// gang's second member on the rest of a card its first member's victim freed).
+// Preempt and reclaim ask it of every node for every pending task, so the card
+// answer is remembered per node while the node's bookings, its evictable, releasing
+// and pipelined tasks and the request's shape are unchanged. It matches the plugin's
+// victim choice: where the plugin would offer no victims, Volcano would take them
+// from a later tier, which knows nothing of cards.
 func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo, tr *taskRequest) bool {
-	var candidates []*vapi.TaskInfo
-	set := p.pipelined.hash(node.Name) * 5
-	for _, v := range node.Tasks {
-		switch {
-		case v.Status == vapi.Releasing:
-			set ^= uidHash(v.UID) * 3
-		case v.Status == vapi.Running && v.Job != task.Job && p.request(v) != nil && p.evictable(ssn, task, v):
-			candidates = append(candidates, v)
-			ready := int32(0)
-			if j := ssn.Jobs[v.Job]; j != nil {
-				ready = j.ReadyTaskNum()
-			}
-			set ^= uidHash(v.UID) + uint64(ready)*0x9e3779b97f4a7c15
+	nt := p.ledger.nodeTasks(node, ssn.Jobs, func(t *vapi.TaskInfo) bool { return p.request(t) != nil })
+	pipes := p.pipelined.hash(node.Name)
+	if len(nt.running) == 0 && !nt.anyReleasing && pipes == 0 {
+		return false // the node's cards stay as they are: the predicate's refusal stands
+	}
+	tj := ssn.Jobs[task.Job]
+	queue := vapi.QueueID("")
+	if tj != nil {
+		queue = tj.Queue
+	}
+	// Name the question without building the candidate list: most answers are remembered.
+	set, count := pipes*5^nt.releasing, 0
+	for _, r := range nt.running {
+		if r.task.Job == task.Job {
+			continue
+		}
+		if ready, ok := p.evictableReady(ssn, tj, task, r.job, r.task); ok {
+			count++
+			set ^= r.hash + uint64(ready)*0x9e3779b97f4a7c15
 		}
 	}
-	if len(candidates) == 0 {
+	if count == 0 && !nt.anyReleasing && pipes == 0 {
 		return false
 	}
-	queue := vapi.QueueID("")
-	if j := ssn.Jobs[task.Job]; j != nil {
-		queue = j.Queue
+	key := evictKey{request: tr.key, queue: queue, victims: set, count: count}
+	answer, ok, version := p.ledger.evictAnswer(node.Name, key)
+	if !ok {
+		candidates := make([]*vapi.TaskInfo, 0, count)
+		for _, r := range nt.running {
+			if r.task.Job != task.Job && p.evictable(ssn, task, r.task) {
+				candidates = append(candidates, r.task)
+			}
+		}
+		victims, fitsAlready := p.pickVictims(ssn, task, tr, node, candidates)
+		switch {
+		case fitsAlready:
+			answer = evictNotNeeded
+		case len(victims) > 0:
+			answer = evictHelps
+		default:
+			answer = evictCannotHelp
+		}
+		p.ledger.rememberEvict(node.Name, key, version, answer)
 	}
-	key := evictKey{request: tr.key, queue: queue, victims: set, count: len(candidates)}
-	fits, ok, version := p.ledger.evictAnswer(node.Name, key)
-	if ok {
-		return fits
+	switch answer {
+	case evictHelps:
+		return true
+	case evictNotNeeded:
+		// Not remembered: it depends on every plugin's victims, which change with
+		// evictions anywhere in the cluster.
+		return pipelinesWithoutEviction(ssn, task, node)
 	}
-	fits = len(p.pickVictims(ssn, task, tr, node, candidates)) > 0
-	p.ledger.rememberEvict(node.Name, key, version, fits)
-	return fits
+	return false
+}
+
+// pipelinesWithoutEviction reports whether Volcano's preempt and reclaim would
+// pipeline the task onto the node without evicting anything, given that its cards
+// take the task once the pods being evicted there are gone. Reclaim evicts at least
+// one of the victims some tier offers, so no tier may offer any (the plugin offers
+// none for a task that fits: see victims); preempt evicts nothing once the node's CPU,
+// memory and slots fit and the queue may allocate the task, else every victim offered.
+// Volcano's own resources must fit the node's future idle for either to pipeline.
+func pipelinesWithoutEviction(ssn *framework.Session, task *vapi.TaskInfo, node *vapi.NodeInfo) bool {
+	job := ssn.Jobs[task.Job]
+	if job == nil || !task.InitResreq.LessEqual(node.FutureIdle(), vapi.Zero) {
+		return false
+	}
+	var reclaimees, preemptees []*vapi.TaskInfo
+	for _, t := range node.Tasks {
+		if t.Status != vapi.Running || t.Job == task.Job {
+			continue
+		}
+		j := ssn.Jobs[t.Job]
+		switch {
+		case j == nil:
+		case j.Queue != job.Queue:
+			if q := ssn.Queues[j.Queue]; q != nil && q.Reclaimable() && t.Preemptable {
+				reclaimees = append(reclaimees, t)
+			}
+		default:
+			preemptees = append(preemptees, t)
+		}
+	}
+	if len(reclaimees) > 0 && len(ssn.Reclaimable(task, reclaimees)) > 0 {
+		return false
+	}
+	if q := ssn.Queues[job.Queue]; len(preemptees) > 0 && (q == nil || !ssn.Allocatable(q, task)) &&
+		len(ssn.Preemptable(task, preemptees)) > 0 {
+		return false
+	}
+	return true
 }
 
 // uidHash spreads a task's UID over 64 bits; XOR over a set names the set.
@@ -149,7 +224,7 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 	if !ok {
 		return nil, util.Permit
 	}
-	set := p.pickVictims(ssn, evictor, tr, node, gangAdmitted(ssn, evictor, candidates))
+	set, _ := p.pickVictims(ssn, evictor, tr, node, gangAdmitted(ssn, evictor, candidates))
 	if len(set) == 0 {
 		klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
 			"node", node.Name, "candidates", len(candidates))
@@ -189,17 +264,18 @@ func gangAdmitted(ssn *framework.Session, evictor *vapi.TaskInfo, candidates []*
 }
 
 // pickVictims returns the fewest candidates whose cards, freed, make the evictor fit
-// the node's future cards, smallest holdings first; none when it fits already (it
-// waits for the pods being evicted) or when no allowed set frees enough. A gang keeps
-// its minimum and a task never evicts its own gang's members.
+// the node's future cards, smallest holdings first; none when no allowed set frees
+// enough, or when it fits already (fitsAlready: once the pods being evicted there are
+// gone, with the session's pipelined tasks in place). A gang keeps its minimum and a
+// task never evicts its own gang's members.
 func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo, tr *taskRequest, node *vapi.NodeInfo,
-	candidates []*vapi.TaskInfo) []*vapi.TaskInfo {
+	candidates []*vapi.TaskInfo) (victims []*vapi.TaskInfo, fitsAlready bool) {
 	future := p.futureNode(node)
 	if future == nil {
-		return nil
+		return nil, false
 	}
 	if _, ferr := engine.FitPod(future, tr.req); ferr == nil {
-		return nil
+		return nil, true
 	}
 	type held struct {
 		t    *vapi.TaskInfo
@@ -226,7 +302,7 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 	// One victim if one is enough (least taken away), else the smallest prefix.
 	for _, h := range useful {
 		if p.fitsWithout(future, tr.req, []*vapi.TaskInfo{h.t}) {
-			return []*vapi.TaskInfo{h.t}
+			return []*vapi.TaskInfo{h.t}, false
 		}
 	}
 	// Volcano evicts the victims one by one and stops as soon as CPU, memory and slots
@@ -238,7 +314,7 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 	idle := node.FutureIdle()
 	for _, h := range useful {
 		if evictor.InitResreq.LessEqual(idle.Clone().Add(h.t.Resreq), vapi.Zero) {
-			return nil
+			return nil, false
 		}
 	}
 	var set []*vapi.TaskInfo
@@ -255,10 +331,10 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 		spare[job.UID]--
 		set = append(set, h.t)
 		if p.fitsWithout(future, tr.req, set) {
-			return set
+			return set, false
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // aboveShare reports whether a queue holds more card memory or cores than it deserves.

@@ -340,9 +340,9 @@ func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 		t.Fatal("an empty memo answered")
 	}
 	_, _, v := l.evictAnswer("n1", key)
-	l.rememberEvict("n1", key, v, true)
-	if fits, ok, _ := l.evictAnswer("n1", key); !ok || !fits {
-		t.Fatalf("the memo forgot its answer: fits %v, ok %v", fits, ok)
+	l.rememberEvict("n1", key, v, evictHelps)
+	if answer, ok, _ := l.evictAnswer("n1", key); !ok || answer != evictHelps {
+		t.Fatalf("the memo forgot its answer: %v, ok %v", answer, ok)
 	}
 	for name, other := range map[string]evictKey{
 		"another request":    {request: "two cards", victims: 42, count: 2},

@@ -2,6 +2,7 @@ package vgpu
 
 import (
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -43,6 +44,7 @@ type refusalSlot struct {
 	version uint64
 	ferr    *engine.FitError
 	reason  string
+	kind    string // refusalOf(ferr), for the pending-task metrics
 }
 
 // evictSlot is one node's last eviction answer, valid while the node is unchanged.
@@ -51,8 +53,21 @@ type evictSlot struct {
 	key     evictKey
 	version uint64
 	set     bool
-	fits    bool
+	answer  evictAnswer
+	// epoch counts the session's changes to the node's vGPU tasks; tasks is the
+	// node's vGPU tasks as of an epoch (nodetasks.go).
+	epoch atomic.Uint64
+	tasks *nodeTasks
 }
+
+// evictAnswer is what evicting on a node could do for a request.
+type evictAnswer uint8
+
+const (
+	evictCannotHelp evictAnswer = iota // no victims the task may take free enough
+	evictHelps                         // the plugin's victims make it fit
+	evictNotNeeded                     // it fits once the pods being evicted are gone
+)
 
 // evictKey names a question: a request's shape and the set of victims released.
 type evictKey struct {
@@ -99,8 +114,8 @@ func (l *ledger) addNode(n *engine.Node) {
 
 // scoreShape is score for a request whose shape (tasks with equal shapes fit alike)
 // is known: a refusal of the same shape by the unchanged node is answered from
-// memory, with its message.
-func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *engine.Request) (ferr *engine.FitError, reason, why string) {
+// memory, with its message and kind (refusalOf).
+func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *engine.Request) (ferr *engine.FitError, reason, kind, why string) {
 	l.mu.RLock()
 	slot, ok := l.refusals[node]
 	version := l.version[node]
@@ -108,48 +123,50 @@ func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *engine.Re
 	if ok {
 		slot.mu.Lock()
 		hit := slot.ferr != nil && slot.shape == shape && slot.version == version
-		ferr, reason = slot.ferr, slot.reason
+		ferr, reason, kind = slot.ferr, slot.reason, slot.kind
 		slot.mu.Unlock()
 		if hit {
-			return ferr, reason, ""
+			return ferr, reason, kind, ""
 		}
 	}
 	ferr, why = l.score(task, node, req)
-	if ferr == nil || why != "" || !ok {
-		return ferr, "", why
+	if ferr == nil || why != "" {
+		return ferr, "", "", why
 	}
-	reason = ferr.Error()
-	slot.mu.Lock()
-	slot.shape, slot.version, slot.ferr, slot.reason = shape, version, ferr, reason
-	slot.mu.Unlock()
-	return ferr, reason, ""
+	reason, kind = ferr.Error(), refusalOf(ferr)
+	if ok {
+		slot.mu.Lock()
+		slot.shape, slot.version, slot.ferr, slot.reason, slot.kind = shape, version, ferr, reason, kind
+		slot.mu.Unlock()
+	}
+	return ferr, reason, kind, ""
 }
 
 // evictAnswer returns the node's remembered answer to key, if the node has not
 // changed since, and the node's version to remember a new answer under.
-func (l *ledger) evictAnswer(node string, key evictKey) (fits, ok bool, version uint64) {
+func (l *ledger) evictAnswer(node string, key evictKey) (answer evictAnswer, ok bool, version uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	slot, known := l.evicts[node]
 	if !known {
-		return false, false, 0
+		return evictCannotHelp, false, 0
 	}
 	version = l.version[node]
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if slot.set && slot.key == key && slot.version == version {
-		return slot.fits, true, version
+		return slot.answer, true, version
 	}
-	return false, false, version
+	return evictCannotHelp, false, version
 }
 
 // rememberEvict keeps an answer computed against the node at version.
-func (l *ledger) rememberEvict(node string, key evictKey, version uint64, fits bool) {
+func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer evictAnswer) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if slot, known := l.evicts[node]; known {
 		slot.mu.Lock()
-		slot.key, slot.version, slot.set, slot.fits = key, version, true, fits
+		slot.key, slot.version, slot.set, slot.answer = key, version, true, answer
 		slot.mu.Unlock()
 	}
 }

@@ -204,13 +204,13 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
 	defer timed("predicate", time.Now())
-	ferr, reason, why := p.ledger.scoreShape(task.UID, node.Name, tr.key, tr.req)
+	ferr, reason, kind, why := p.ledger.scoreShape(task.UID, node.Name, tr.key, tr.req)
 	switch {
 	case why != "":
 		tr.refused.add(pendingNoInventory)
 		return unresolvable(task, node, "vgpu: "+why)
 	case ferr != nil:
-		tr.refused.add(refusalOf(ferr))
+		tr.refused.add(kind)
 		if v := klog.V(5); v.Enabled() {
 			v.InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
 		}
