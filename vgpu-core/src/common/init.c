@@ -16,8 +16,6 @@
 struct tessera_state tessera;
 atomic_int tessera_ready;
 atomic_int tessera_launch_gate = 1;
-struct tessera_real_cuda tessera_cuda;
-struct tessera_real_nvml tessera_nvml;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -20,37 +20,14 @@ static const struct tessera_symbol table[] = {
 };
 #define NSYMS (sizeof table / sizeof table[0])
 
-void *(*tessera_real_dlsym)(void *, const char *);
-
-/*
- * dlsym runs before everything else, even inside sanitizer runtimes during their own start-up,
- * so this path is kept free of instrumentation and of intercepted libc string functions.
- */
-#define EARLY __attribute__((no_sanitize("address", "undefined")))
-
-EARLY static int same(const char *a, const char *b)
+TESSERA_EARLY static int same(const char *a, const char *b)
 {
     while (*a && *a == *b)
         a++, b++;
     return *a == *b;
 }
 
-EARLY void tessera_resolve_real_dlsym(void)
-{
-    if (__atomic_load_n(&tessera_real_dlsym, __ATOMIC_ACQUIRE))
-        return;
-    /* dlvsym is not interposed, so it reaches libc's dlsym whatever the symbol version. */
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
-        void *f = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-        if (f) {
-            __atomic_store_n(&tessera_real_dlsym, (void *(*)(void *, const char *))f, __ATOMIC_RELEASE);
-            return;
-        }
-    }
-}
-
-EARLY const struct tessera_symbol *tessera_symbol_find(const char *name)
+TESSERA_EARLY const struct tessera_symbol *tessera_symbol_find(const char *name)
 {
     for (size_t i = 0; i < NSYMS; i++)
         if (same(table[i].name, name))
@@ -112,7 +89,7 @@ void *tessera_symbol_hook_for_request(const char *base, int cuda_version, cuuint
  * Called by the dlsym entry point: returns our hook for a hooked name, else NULL (the caller then
  * continues into the real dlsym with the original return address, keeping RTLD_NEXT exact).
  */
-EARLY __attribute__((visibility("hidden"))) void *tessera_dlsym_hook(const char *name)
+TESSERA_EARLY __attribute__((visibility("hidden"))) void *tessera_dlsym_hook(const char *name)
 {
     tessera_resolve_real_dlsym();
     if (!name || !((name[0] == 'c' && name[1] == 'u') ||
