@@ -5,9 +5,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../limits/memory.h"
-#include "../limits/pools.h"
-#include "../limits/sm.h"
 #include "../shared/owner.h"
 #include "cards.h"
 #include "log.h"
@@ -36,17 +33,16 @@ static void *open_real(const char *env, const char *dflt)
 #define RESOLVE_CUDA(name, type) tessera_cuda.name = (type)tessera_real_dlsym(h, #name);
 #define RESOLVE_NVML(name, type) tessera_nvml.name = (type)tessera_real_dlsym(h, #name);
 
+/*
+ * The child is a new process: it needs its own slot (and exec marker). What the layers above keep
+ * per process (allocation records, pools, the SM limiter) is reset by their own fork handlers.
+ */
 static void child_after_fork(void)
 {
-    /* The child is a new process: it needs its own slot and owns none of the parent's allocations. */
     atomic_store(&slot_valid, 0);
     slot = -1;
-    tessera_mem_forget_all();
     owner_after_fork();
     tessera_cards_after_fork();
-    tessera_pools_after_fork();
-    tessera_vmm_after_fork();
-    tessera_sm_after_fork();
 }
 
 /*
