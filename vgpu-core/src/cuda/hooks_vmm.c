@@ -8,7 +8,7 @@
 #include <pthread.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 
 #define MAX_MAPS 4096

@@ -6,7 +6,7 @@
 #include <dlfcn.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "symbol_table.h"
 
 /* Maps what the real cuGetProcAddress returned onto our hook, if the symbol is one we hook. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "pools.h"
 
 /* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */

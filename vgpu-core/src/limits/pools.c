@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "memory.h"
 
 #define MAX_POOLS 256

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "sm_contention.h"
 #include "sm_math.h"
 

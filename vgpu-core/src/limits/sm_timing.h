@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "../common/state.h"
+#include "../process/state.h"
 
 struct sm_ticket {
     int dev;                     /* CUDA device ordinal of the launch */

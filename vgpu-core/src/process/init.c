@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/log.h"
 #include "../shared/owner.h"
 #include "cards.h"
-#include "log.h"
 #include "state.h"
 
 struct tessera_state tessera;

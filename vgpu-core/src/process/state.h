@@ -5,10 +5,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "../common/config.h"
+#include "../common/symbols.h"
 #include "../shared/region.h"
 #include "cards.h"
-#include "config.h"
-#include "symbols.h"
 
 struct tessera_state {
     struct tessera_config cfg;
