@@ -57,9 +57,11 @@ lim() {
 }
 
 echo "== vgpu-core tests ($BUILD) =="
-if [ "$SAN" = 0 ]; then # the sanitizer build needs libasan, and is not shipped
+if [ "$SAN" = 0 ]; then # the sanitizer build needs libasan, is not shipped, and has the same sources
   run "glibc: every imported symbol is GLIBC_2.17 or older (loads on Ubuntu 20.04, UBI 8)" \
     tests/check_glibc.sh "$LIB"
+  run "layers: each src/ directory includes and calls only the layers below it (no cycle)" \
+    tests/check_layers.sh "$BUILD/obj"
 fi
 run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
 run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid reuse)" \

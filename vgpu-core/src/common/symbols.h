@@ -123,19 +123,18 @@ struct tessera_real_nvml {
 extern struct tessera_real_cuda tessera_cuda;
 extern struct tessera_real_nvml tessera_nvml;
 
-/* One row per exported hook: the symbol table behind dlsym and cuGetProcAddress interception. */
-struct tessera_symbol {
-    const char *name;
-    void *hook;
-    void **real;       /* slot in tessera_cuda / tessera_nvml */
-};
+/* Every hook is exported (the library is built with hidden visibility) so that direct calls and
+ * dlsym(RTLD_DEFAULT) land in it. */
+#define TESSERA_EXPORT __attribute__((visibility("default")))
+#define TESSERA_DECLARE_HOOK(name, type) TESSERA_EXPORT extern __typeof__(*(type)0) name;
+TESSERA_CUDA_HOOKS(TESSERA_DECLARE_HOOK)
+TESSERA_NVML_HOOKS(TESSERA_DECLARE_HOOK)
 
-/* Looks a hooked symbol up by exact name; NULL when not hooked. */
-const struct tessera_symbol *tessera_symbol_find(const char *name);
-/* The hook whose real function is `real_fn`; NULL when none. */
-void *tessera_symbol_hook_for_real(void *real_fn);
-/* Best hook for a cuGetProcAddress request (base name, version, flags); NULL when none. */
-void *tessera_symbol_hook_for_request(const char *base, int cuda_version, cuuint64_t flags);
+/*
+ * dlsym runs before everything else, even inside sanitizer runtimes during their own start-up, so
+ * its path is kept free of instrumentation and of intercepted libc string functions.
+ */
+#define TESSERA_EARLY __attribute__((no_sanitize("address", "undefined")))
 
 /* The real dlsym, resolved with dlvsym so our own dlsym interposer is bypassed. */
 extern void *(*tessera_real_dlsym)(void *, const char *);

@@ -5,7 +5,7 @@
  * drops the primary context's last reference.
  */
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 
 /* Charges a new context's footprint on dev's card; false (logged) when it does not fit. */

@@ -1,6 +1,6 @@
 /* cuInit and the memory queries that must show the container's view of a card. */
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 #include "../limits/pools.h"
 #include "../limits/sm.h"

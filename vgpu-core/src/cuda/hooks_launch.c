@@ -3,7 +3,7 @@
  * the call through the resolved pointer; the gate is also what triggers first-call initialisation.
  * On a capped card the launch is metered: budget first, then the launch between timing events.
  */
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/sm.h"
 
 #define LAUNCH_REAL(name)                                                            \

@@ -1,6 +1,6 @@
 /* Allocation and free hooks: every path that takes device memory charges the current card. */
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 
 /* Releases the charge of a freed handle once the driver confirms the free. */

@@ -5,7 +5,7 @@
  * when the stream names no context. Synchronisation points re-read what pools hold.
  */
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 #include "../limits/pools.h"
 

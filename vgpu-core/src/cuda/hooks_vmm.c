@@ -8,7 +8,7 @@
 #include <pthread.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 
 #define MAX_MAPS 4096
@@ -131,8 +131,14 @@ CUresult cuGraphDestroy(CUgraph graph)
     return rc;
 }
 
-void tessera_vmm_after_fork(void)
+/* A fork child maps nothing of the parent's: it starts with empty tables. */
+static void forget_all_after_fork(void)
 {
     pthread_mutex_init(&mu, NULL);
     nmaps = nreleased = 0;
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_all_after_fork);
 }

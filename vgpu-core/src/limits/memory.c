@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "pools.h"
 
 /* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */
@@ -239,12 +239,18 @@ uint64_t tessera_mem_used(int card)
     return tessera.region ? region_used(tessera.region, card) : 0;
 }
 
-void tessera_mem_forget_all(void)
+/* A fork child owns none of the parent's allocations: it drops every record, leaving the region alone. */
+static void forget_all_after_fork(void)
 {
     free(table);
     table = NULL;
     table_cap = table_len = 0;
     pthread_mutex_init(&table_mu, NULL);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_all_after_fork);
 }
 
 static uint64_t format_bytes(CUarray_format f)

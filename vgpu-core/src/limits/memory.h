@@ -57,10 +57,6 @@ uint64_t tessera_current_ctx(void);
 bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out);
 /* Container-wide usage of card. */
 uint64_t tessera_mem_used(int card);
-/* Drops all records without touching the region (after fork). */
-void tessera_mem_forget_all(void);
-/* Drops the VMM mapping table (after fork). */
-void tessera_vmm_after_fork(void);
 
 /* Bytes an array of this shape occupies (the same formula the stub driver uses). */
 uint64_t tessera_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d);

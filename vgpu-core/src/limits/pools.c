@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "memory.h"
 
 #define MAX_POOLS 256
@@ -153,9 +153,15 @@ CUresult tessera_pool_alloc(CUmemoryPool pool, int card, uint64_t n, CUdeviceptr
     return rc;
 }
 
-void tessera_pools_after_fork(void)
+/* A fork child owns no pool: it starts with an empty table. */
+static void forget_all_after_fork(void)
 {
     pthread_mutex_init(&mu, NULL);
     npools = 0;
     atomic_store(&any_charged, 0);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_all_after_fork);
 }

@@ -30,7 +30,5 @@ void tessera_pools_settle_all(void);
 bool tessera_pools_try_settle(void);
 /* Uncharges a destroyed pool. */
 void tessera_pool_forget(CUmemoryPool pool);
-/* Drops the table after fork (the child owns no pool). */
-void tessera_pools_after_fork(void);
 
 #endif

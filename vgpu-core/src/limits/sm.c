@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "sm_contention.h"
 #include "sm_math.h"
 
@@ -258,10 +258,15 @@ void tessera_sm_end(struct sm_ticket *t, CUstream s, CUresult rc)
     sm_timing_finish(t, s, rc);
 }
 
-void tessera_sm_after_fork(void)
+/* A fork child has no controller thread: it sets the limiter up again on its first capped launch. */
+static void reset_after_fork(void)
 {
     pthread_mutex_init(&sm.mu, NULL);
     sm.thread_running = 0;
     atomic_store(&sm.ready, 0);
-    sm_timing_after_fork();
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, reset_after_fork);
 }

@@ -22,6 +22,5 @@ int tessera_sm_begin(struct sm_ticket *t, const void *key, uint64_t blocks, int 
 void tessera_sm_end(struct sm_ticket *t, CUstream s, CUresult rc);
 /* Reads SM counts and NVML handles, starts the controller; call after a successful cuInit. */
 void tessera_sm_setup(void);
-void tessera_sm_after_fork(void);
 
 #endif

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../common/state.h"
+#include "../process/state.h"
 
 /* Polls NVML for card (its handle nvml) at now; returns true when a neighbour uses the card. */
 bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped);

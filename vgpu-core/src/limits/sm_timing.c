@@ -233,9 +233,14 @@ void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc)
     pthread_mutex_unlock(&tm.mu);
 }
 
-void sm_timing_after_fork(void)
+/* The parent's events belong to its contexts: a fork child starts with nothing in flight. */
+static void forget_all_after_fork(void)
 {
-    /* The parent's events belong to its contexts: the child starts with nothing in flight. */
     pthread_mutex_init(&tm.mu, NULL);
     tm.head = tm.count = tm.npool = 0;
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_all_after_fork);
 }

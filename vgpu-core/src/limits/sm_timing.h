@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "../common/state.h"
+#include "../process/state.h"
 
 struct sm_ticket {
     int dev;                     /* CUDA device ordinal of the launch */
@@ -38,6 +38,5 @@ void sm_timing_finish(struct sm_ticket *t, CUstream s, CUresult rc);
  * settle(dev, measured - charged) for launches that were charged a guess.
  */
 void sm_timing_harvest(uint64_t now, void (*settle)(int dev, int64_t delta_ns));
-void sm_timing_after_fork(void);
 
 #endif

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "../common/state.h"
+#include "../process/state.h"
 #include "../limits/memory.h"
 
 #define NVML_REAL(name)                                                              \

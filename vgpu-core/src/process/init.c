@@ -5,19 +5,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../limits/memory.h"
-#include "../limits/pools.h"
-#include "../limits/sm.h"
+#include "../common/log.h"
 #include "../shared/owner.h"
 #include "cards.h"
-#include "log.h"
 #include "state.h"
 
 struct tessera_state tessera;
 atomic_int tessera_ready;
 atomic_int tessera_launch_gate = 1;
-struct tessera_real_cuda tessera_cuda;
-struct tessera_real_nvml tessera_nvml;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -38,17 +33,16 @@ static void *open_real(const char *env, const char *dflt)
 #define RESOLVE_CUDA(name, type) tessera_cuda.name = (type)tessera_real_dlsym(h, #name);
 #define RESOLVE_NVML(name, type) tessera_nvml.name = (type)tessera_real_dlsym(h, #name);
 
+/*
+ * The child is a new process: it needs its own slot (and exec marker). What the layers above keep
+ * per process (allocation records, pools, the SM limiter) is reset by their own fork handlers.
+ */
 static void child_after_fork(void)
 {
-    /* The child is a new process: it needs its own slot and owns none of the parent's allocations. */
     atomic_store(&slot_valid, 0);
     slot = -1;
-    tessera_mem_forget_all();
     owner_after_fork();
     tessera_cards_after_fork();
-    tessera_pools_after_fork();
-    tessera_vmm_after_fork();
-    tessera_sm_after_fork();
 }
 
 /*

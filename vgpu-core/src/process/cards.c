@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "../common/log.h"
 #include "state.h"
 
 #define CACHED_ORDINALS 64

@@ -5,12 +5,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "../common/config.h"
+#include "../common/symbols.h"
 #include "../shared/region.h"
 #include "cards.h"
-#include "config.h"
-#include "symbols.h"
-
-#define TESSERA_EXPORT __attribute__((visibility("default")))
 
 struct tessera_state {
     struct tessera_config cfg;
@@ -51,9 +49,5 @@ nvmlReturn_t tessera_nvml_missing(const char *name);
     real_##name = tessera_cuda.name;                                                \
     if (__builtin_expect(real_##name == NULL, 0))                                   \
         return tessera_cuda_missing(#name)
-
-#define TESSERA_DECLARE_HOOK(name, type) TESSERA_EXPORT extern __typeof__(*(type)0) name;
-TESSERA_CUDA_HOOKS(TESSERA_DECLARE_HOOK)
-TESSERA_NVML_HOOKS(TESSERA_DECLARE_HOOK)
 
 #endif
