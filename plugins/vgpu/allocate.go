@@ -39,7 +39,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, ref, tr.err)
 		return
 	}
-	defer timed("allocate", time.Now())
+	defer p.metrics.timed("allocate", time.Now())
 	l := p.ledger
 	l.mu.Lock()
 	defer l.mu.Unlock()

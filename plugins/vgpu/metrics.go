@@ -13,43 +13,70 @@ import (
 	"github.com/tessera-gpu/tessera/plugins/engine"
 )
 
-// Scheduler metrics, served on vc-scheduler's --listen-address with Volcano's own.
-// Names and labels are documented in plugins/vgpu/README.md and docs/reference.md.
-var (
-	metricCardMemory = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_memory_mib",
-		Help: "Card memory assigned to pods, in MiB, as the last session saw it.",
-	}, []string{"node", "card", "uuid"})
-	metricCardCapacity = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "card_memory_mib",
-		Help: "Schedulable card memory (physical times oversubscription), in MiB.",
-	}, []string{"node", "card", "uuid"})
-	metricCardCores = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_cores_percent",
-		Help: "Percent of the card's SMs assigned to pods.",
-	}, []string{"node", "card", "uuid"})
-	metricCardTenants = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "card_tenants",
-		Help: "Containers sharing the card.",
-	}, []string{"node", "card", "uuid"})
-	metricQueueShare = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_share",
-		Help: "Each queue's card memory (MiB) and cores (card percent) at the end of the last session: deserved, allocated and requested.",
-	}, []string{"queue", "resource", "kind"})
-	metricPending = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
-		Help: "vGPU tasks left pending by the last session, by the reason most nodes gave.",
-	}, []string{"reason"})
-	metricOpen = promauto.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "session_open_seconds",
-		Help:    "Time the vgpu plugin takes to open a session (reading inventories and bookings).",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	})
-	metricPluginSeconds = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "tessera", Subsystem: "scheduler", Name: "plugin_seconds_total",
-		Help: "CPU time spent in the vgpu plugin's hooks, summed over parallel workers.",
-	}, []string{"hook"})
-)
+// metrics are the scheduler's Prometheus metrics, owned by its Scheduler and
+// registered where the Scheduler was told (vc-scheduler: Prometheus's default
+// registerer, which Volcano serves on --listen-address beside its own). Names and
+// labels are documented in plugins/vgpu/README.md and docs/reference.md.
+type metrics struct {
+	cardMemory, cardCapacity, cardCores, cardTenants *prometheus.GaugeVec
+	queueShare, pending                              *prometheus.GaugeVec
+	open                                             prometheus.Histogram
+	pluginSeconds                                    *prometheus.CounterVec
+	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
+	// thousands of times a session.
+	hooks map[string]prometheus.Counter
+}
+
+// newMetrics creates the metrics on reg; a nil reg registers them nowhere (tests).
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	card := []string{"node", "card", "uuid"}
+	m := &metrics{
+		cardMemory: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_memory_mib",
+			Help: "Card memory assigned to pods, in MiB, as the last session saw it.",
+		}, card),
+		cardCapacity: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_memory_mib",
+			Help: "Schedulable card memory (physical times oversubscription), in MiB.",
+		}, card),
+		cardCores: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_cores_percent",
+			Help: "Percent of the card's SMs assigned to pods.",
+		}, card),
+		cardTenants: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_tenants",
+			Help: "Containers sharing the card.",
+		}, card),
+		queueShare: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_share",
+			Help: "Each queue's card memory (MiB) and cores (card percent) at the end of the last session: deserved, allocated and requested.",
+		}, []string{"queue", "resource", "kind"}),
+		pending: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
+			Help: "vGPU tasks left pending by the last session, by the reason most nodes gave.",
+		}, []string{"reason"}),
+		open: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "session_open_seconds",
+			Help:    "Time the vgpu plugin takes to open a session (reading inventories and bookings).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		pluginSeconds: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "plugin_seconds_total",
+			Help: "CPU time spent in the vgpu plugin's hooks, summed over parallel workers.",
+		}, []string{"hook"}),
+	}
+	m.hooks = map[string]prometheus.Counter{}
+	for _, hook := range []string{"predicate", "node_order", "allocate"} {
+		m.hooks[hook] = m.pluginSeconds.WithLabelValues(hook)
+	}
+	return m
+}
+
+// timed adds the time since start to a hook's counter.
+func (m *metrics) timed(hook string, start time.Time) {
+	m.hooks[hook].Add(time.Since(start).Seconds())
+}
 
 // Pending reasons that are not an engine.Reason.
 const (
@@ -91,22 +118,23 @@ func refusalOf(ferr *engine.FitError) string { return string(ferr.Dominant()) }
 
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
-	for _, v := range []*prometheus.GaugeVec{metricCardMemory, metricCardCapacity, metricCardCores, metricCardTenants, metricPending, metricQueueShare} {
+	m := p.metrics
+	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueShare} {
 		v.Reset()
 	}
 	p.ledger.mu.RLock()
 	for name, n := range p.ledger.nodes {
 		for _, c := range n.Cards {
 			idx := strconv.Itoa(c.Index)
-			metricCardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
-			metricCardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))
-			metricCardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores))
-			metricCardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
+			m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
+			m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))
+			m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores))
+			m.cardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
 		}
 	}
 	p.ledger.mu.RUnlock()
 	if p.shares != nil {
-		p.shares.publish()
+		p.shares.publish(m.queueShare)
 	}
 	for _, job := range ssn.Jobs {
 		for _, task := range job.TaskStatusIndex[vapi.Pending] {
@@ -121,20 +149,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 			case reason == pendingNotTried && len(job.JobFitErrors) > 5 && job.JobFitErrors[:5] == "vgpu:":
 				reason = pendingGang
 			}
-			metricPending.WithLabelValues(reason).Inc()
+			m.pending.WithLabelValues(reason).Inc()
 		}
 	}
-}
-
-// The hooks' counters, resolved once: predicates run hundreds of thousands of times
-// a session.
-var hookSeconds = map[string]prometheus.Counter{
-	"predicate":  metricPluginSeconds.WithLabelValues("predicate"),
-	"node_order": metricPluginSeconds.WithLabelValues("node_order"),
-	"allocate":   metricPluginSeconds.WithLabelValues("allocate"),
-}
-
-// timed adds the time since start to a hook's counter.
-func timed(hook string, start time.Time) {
-	hookSeconds[hook].Add(time.Since(start).Seconds())
 }

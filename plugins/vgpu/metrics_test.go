@@ -1,8 +1,10 @@
 package vgpu
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -24,21 +26,45 @@ func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
 	}
 	ssn, p := session(t, utc, true, nil)
 	p.publishMetrics(ssn)
-	used := testutil.ToFloat64(metricCardMemory.WithLabelValues("m1", "0", "GPU-m1-0")) +
-		testutil.ToFloat64(metricCardMemory.WithLabelValues("m1", "1", "GPU-m1-1"))
+	m := p.metrics
+	used := testutil.ToFloat64(m.cardMemory.WithLabelValues("m1", "0", "GPU-m1-0")) +
+		testutil.ToFloat64(m.cardMemory.WithLabelValues("m1", "1", "GPU-m1-1"))
 	if used != 10000 {
 		t.Fatalf("card memory gauges sum to %v MiB, want 10000", used)
 	}
-	if got := testutil.ToFloat64(metricCardCapacity.WithLabelValues("m1", "0", "GPU-m1-0")); got != 40960 {
+	if got := testutil.ToFloat64(m.cardCapacity.WithLabelValues("m1", "0", "GPU-m1-0")); got != 40960 {
 		t.Fatalf("capacity gauge %v, want 40960", got)
 	}
-	if got := testutil.ToFloat64(metricPending.WithLabelValues("excluded by GPU type annotation")); got != 1 {
+	if got := testutil.ToFloat64(m.pending.WithLabelValues("excluded by GPU type annotation")); got != 1 {
 		t.Fatalf("pending by type filter = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(metricPending.WithLabelValues(pendingInvalid)); got != 1 {
+	if got := testutil.ToFloat64(m.pending.WithLabelValues(pendingInvalid)); got != 1 {
 		t.Fatalf("pending invalid = %v, want 1", got)
 	}
-	if testutil.CollectAndCount(metricPluginSeconds) != 3 {
+	if testutil.CollectAndCount(m.pluginSeconds) != 3 {
 		t.Fatalf("plugin time counters missing")
 	}
+}
+
+// The metrics belong to their Scheduler: registered on the registerer it was given,
+// and two Schedulers (tests build one per case) never collide.
+func TestSchedulerMetricsAreRegisteredWhereTold(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := NewSchedulerWithMetrics(reg)
+	s.metrics.pending.WithLabelValues(pendingInvalid).Set(2)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	for _, want := range []string{"tessera_scheduler_vgpu_tasks_pending", "tessera_scheduler_plugin_seconds_total"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("registry has %v, want %s", names, want)
+		}
+	}
+	_ = NewScheduler()
+	_ = NewScheduler() // unregistered: no duplicate-registration panic
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -385,14 +386,14 @@ func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
 	p.shares.release(e.Task.UID, e.Task.Status == vapi.Releasing)
 }
 
-// publish records every queue's share in the metrics.
-func (s *queueShares) publish() {
+// publish records every queue's share in the gauge.
+func (s *queueShares) publish(gauge *prometheus.GaugeVec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, q := range s.queues {
 		for kind, a := range map[string]fairshare.Amount{"deserved": q.deserved, "allocated": q.allocated, "request": q.request} {
-			metricQueueShare.WithLabelValues(q.name, "memory_mib", kind).Set(a.MemoryMiB)
-			metricQueueShare.WithLabelValues(q.name, "cores", kind).Set(a.Cores)
+			gauge.WithLabelValues(q.name, "memory_mib", kind).Set(a.MemoryMiB)
+			gauge.WithLabelValues(q.name, "cores", kind).Set(a.Cores)
 		}
 	}
 }

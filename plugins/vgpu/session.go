@@ -203,7 +203,7 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 	if tr.err != nil {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
-	defer timed("predicate", time.Now())
+	defer p.metrics.timed("predicate", time.Now())
 	ferr, reason, kind, why := p.ledger.scoreShape(task.UID, node.Name, tr.key, tr.req)
 	switch {
 	case why != "":
@@ -235,7 +235,7 @@ func (p *vgpuPlugin) nodeOrder(task *vapi.TaskInfo, node *vapi.NodeInfo) (float6
 	if tr == nil || tr.err != nil {
 		return 0, nil
 	}
-	defer timed("node_order", time.Now())
+	defer p.metrics.timed("node_order", time.Now())
 	s, ok := p.ledger.cachedScore(task.UID, node.Name, tr.req)
 	if !ok {
 		return 0, nil

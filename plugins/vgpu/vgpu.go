@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -25,10 +26,11 @@ type vgpuPlugin struct {
 	args   Args
 	ledger *ledger
 	// shares is nil when vgpu.QueueShare is off.
-	shares *queueShares
-	store  *pendingStore
-	dec    *decoders
-	now    func() time.Time
+	shares  *queueShares
+	store   *pendingStore
+	dec     *decoders
+	metrics *metrics
+	now     func() time.Time
 
 	mu sync.RWMutex
 	// requests caches each task's parsed demand (nil: none) for the session; read
@@ -56,17 +58,30 @@ type taskRequest struct {
 }
 
 // Scheduler owns what outlives a session in one scheduler process: the card
-// assignments it has made that the informer has not shown back yet. Volcano builds a
-// new plugin every session, through the Scheduler's New.
+// assignments it has made that the informer has not shown back yet, the decode
+// caches and the metrics. Volcano builds a new plugin every session, through the
+// Scheduler's New.
 type Scheduler struct {
-	store *pendingStore
-	dec   *decoders
+	store   *pendingStore
+	dec     *decoders
+	metrics *metrics
 }
 
-// NewScheduler returns a Scheduler with nothing in flight. Register its New as the
-// plugin builder once per scheduler process (init does it for vc-scheduler).
+// NewScheduler returns a Scheduler with nothing in flight whose metrics are
+// registered nowhere. Register its New as the plugin builder once per scheduler
+// process.
 func NewScheduler() *Scheduler {
-	return &Scheduler{store: newPendingStore(), dec: &decoders{}}
+	return newScheduler(nil)
+}
+
+// NewSchedulerWithMetrics is NewScheduler with its metrics registered on reg (init
+// does it for vc-scheduler, on the registerer Volcano serves).
+func NewSchedulerWithMetrics(reg prometheus.Registerer) *Scheduler {
+	return newScheduler(reg)
+}
+
+func newScheduler(reg prometheus.Registerer) *Scheduler {
+	return &Scheduler{store: newPendingStore(), dec: &decoders{}, metrics: newMetrics(reg)}
 }
 
 // New builds the plugin for one session; it is a framework.PluginBuilder.
@@ -75,7 +90,7 @@ func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	if err != nil {
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
 	}
-	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, now: time.Now,
+	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, now: time.Now,
 		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: newPipelines()}
 }
@@ -133,7 +148,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	}
 
 	took := p.now().Sub(start)
-	metricOpen.Observe(took.Seconds())
+	p.metrics.open.Observe(took.Seconds())
 	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
 		"inFlight", p.store.len(), "droppedInFlight", dropped, "staleAssignmentsDropped", scrubbed,
 		"duration", took)
@@ -194,5 +209,5 @@ func (a Args) Request(pod *corev1.Pod) (*engine.Request, error) {
 
 func init() {
 	// The scheduler process's one Scheduler lives in Volcano's builder registry.
-	framework.RegisterPluginBuilder(PluginName, NewScheduler().New)
+	framework.RegisterPluginBuilder(PluginName, NewSchedulerWithMetrics(prometheus.DefaultRegisterer).New)
 }
