@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -40,36 +41,27 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		return
 	}
 	defer p.metrics.timed("allocate", time.Now())
-	l := p.ledger
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, ok := l.nodes[task.NodeName]
-	if !ok {
-		e.Err = fmt.Errorf("%s: task %s was allocated to node %s, which has no usable vGPU inventory", PluginName, ref, task.NodeName)
-		klog.ErrorS(e.Err, "Refusing the allocation")
+	original := task.Pod
+	containers, err := p.ledger.book(task.UID, task.NodeName, tr.req, original)
+	if err != nil {
+		e.Err = fmt.Errorf("%s: task %s: %w", PluginName, ref, err)
+		var ferr *engine.FitError
+		if errors.As(err, &ferr) {
+			klog.ErrorS(e.Err, "Refusing the allocation", "detail", ferr.Detail())
+		} else {
+			klog.ErrorS(e.Err, "Refusing the allocation")
+		}
 		return
 	}
-	fit, ferr := engine.FitPod(n, tr.req)
-	if ferr != nil {
-		e.Err = fmt.Errorf("%s: task %s no longer fits the cards of node %s: %w", PluginName, ref, n.Name, ferr)
-		klog.ErrorS(e.Err, "Refusing the allocation", "detail", ferr.Detail())
-		return
-	}
-	if err := n.Reserve(fit.Containers, tr.req.Options.QoS); err != nil {
-		e.Err = fmt.Errorf("%s: reserving cards on node %s for task %s: %w", PluginName, n.Name, ref, err)
-		klog.ErrorS(e.Err, "Refusing the allocation")
-		return
-	}
-	l.version[n.Name]++
-	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: n.Name, QoS: tr.req.Options.QoS, Containers: fit.Containers}
+	node := task.NodeName
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, QoS: tr.req.Options.QoS, Containers: containers}
 	encoded, err := api.EncodeAssignment(a)
 	if err != nil {
-		n.Release(fit.Containers, tr.req.Options.QoS)
+		p.ledger.release(task.UID)
 		e.Err = fmt.Errorf("%s: encoding the assignment of task %s: %w", PluginName, ref, err)
 		klog.ErrorS(e.Err, "Refusing the allocation")
 		return
 	}
-	original := task.Pod
 	pod := original.DeepCopy()
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
@@ -82,15 +74,14 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		ids := api.EncodeVolcanoPodDevices(a)
 		pod.Annotations[api.VolcanoAssignedIDs] = ids
 		pod.Annotations[api.VolcanoDevicesToAllocate] = ids
-		pod.Annotations[api.VolcanoAssignedNode] = n.Name
+		pod.Annotations[api.VolcanoAssignedNode] = node
 		pod.Annotations[api.VolcanoAssignedTime] = strconv.FormatInt(now.Unix(), 10)
 		pod.Annotations[api.VolcanoBindPhase] = api.VolcanoBindPhaseAllocating
 		pod.Annotations[api.VolcanoBindTime] = strconv.FormatInt(now.Unix(), 10)
 	}
 	task.Pod = pod
-	l.booked[task.UID] = &booking{node: n.Name, containers: fit.Containers, qos: tr.req.Options.QoS, original: original}
 	p.store.put(types.UID(task.UID), a, now)
-	klog.V(4).InfoS("vGPU cards assigned", "task", ref, "node", n.Name, "assignment", encoded)
+	klog.V(4).InfoS("vGPU cards assigned", "task", ref, "node", node, "assignment", encoded)
 }
 
 // onDeallocate gives back the cards of an allocation that is rolled back.
@@ -102,21 +93,11 @@ func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 		// An evicted pod holds its cards until it is gone; a later session sees that.
 		return
 	}
-	l := p.ledger
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.booked[task.UID]
+	b, ok := p.ledger.release(task.UID)
 	if !ok {
 		return
 	}
-	l.version[b.node]++
-	if n, ok := l.nodes[b.node]; ok {
-		for _, err := range n.Release(b.containers, b.qos) {
-			klog.ErrorS(err, "Releasing vGPU cards", "task", klog.KRef(task.Namespace, task.Name))
-		}
-	}
 	task.Pod = b.original
-	delete(l.booked, task.UID)
 	p.store.delete(types.UID(task.UID))
 	klog.V(4).InfoS("vGPU cards released", "task", klog.KRef(task.Namespace, task.Name), "node", b.node)
 }

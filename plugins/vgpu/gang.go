@@ -3,7 +3,6 @@ package vgpu
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -34,39 +33,6 @@ func taskDemand(r *engine.Request, smallestMiB int64) demand {
 		d.slots += int64(c.Cards)
 	}
 	return d
-}
-
-// free sums what the cluster's healthy cards have free now; total what they would
-// have with every tenant gone.
-func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
-func (l *ledger) total() (demand, int64) { return l.capacity(false) }
-
-func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	for _, n := range l.nodes {
-		if l.cordoned[n.Name] {
-			continue
-		}
-		for _, c := range n.Cards {
-			if !c.Healthy || c.MIG {
-				continue
-			}
-			if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
-				smallestMiB = c.MemoryMiB
-			}
-			if !free {
-				d.memoryMiB += c.CapacityMiB
-				d.cores += 100
-				d.slots += int64(c.Shares)
-				continue
-			}
-			d.memoryMiB += max(0, c.FreeMiB())
-			d.cores += int64(max(0, c.FreeCores()))
-			d.slots += int64(max(0, c.Shares-c.Used.Tenants))
-		}
-	}
-	return d, smallestMiB
 }
 
 // pendingVGPU returns the job's pending tasks' requests; a malformed one ends the
@@ -214,61 +180,4 @@ func invalid(job *vapi.JobInfo, reason, msg string) *vapi.ValidateResult {
 	job.JobFitErrors = msg
 	klog.V(3).InfoS("vGPU job cannot run", "job", klog.KRef(job.Namespace, job.Name), "reason", msg)
 	return &vapi.ValidateResult{Pass: false, Reason: reason, Message: msg}
-}
-
-// noCardsReason explains a cluster without usable vGPU nodes, naming a few of the
-// nodes whose inventory was refused so that the operator sees the agent problem.
-func (l *ledger) noCardsReason() string {
-	if len(l.unusable) == 0 {
-		return "no node has vGPU cards"
-	}
-	return "no node has usable vGPU cards (" + l.unusableSummary() + ")"
-}
-
-// unusableSummary names up to three nodes whose inventory was refused, and why.
-func (l *ledger) unusableSummary() string {
-	names := make([]string, 0, len(l.unusable))
-	for n := range l.unusable {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var parts []string
-	for _, n := range names[:min(3, len(names))] {
-		parts = append(parts, "node "+n+": "+l.unusable[n])
-	}
-	if len(names) > 3 {
-		parts = append(parts, fmt.Sprintf("and %d more", len(names)-3))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// neverFits returns why a request fits no node even with every card idle, or "",
-// and the reason category for the pending metric.
-func (l *ledger) neverFits(r *engine.Request) (why, category string) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	why, category = l.noCardsReason(), pendingNoInventory
-	// Report the refusal of the node the pod aims at (most cards past its own filters;
-	// ties to the first name), not whichever node came last: a pod pinned to an
-	// unhealthy card must hear "unhealthy", not another node's "excluded by UUID".
-	best, bestNode := -1, ""
-	for name, n := range l.nodes {
-		idle := n.Clone()
-		for i := range idle.Cards {
-			idle.Cards[i].Used = engine.Usage{}
-		}
-		_, ferr := engine.FitPod(idle, r)
-		if ferr == nil {
-			return "", ""
-		}
-		if t := ferr.Targeted(); t > best || t == best && name < bestNode {
-			best, bestNode = t, name
-			why, category = ferr.Error(), refusalOf(ferr)
-		}
-	}
-	if len(l.unusable) > 0 && len(l.nodes) > 0 {
-		// The node that would fit may be one whose agent is gone: say so.
-		why += "; nodes whose vGPU inventory is unusable: " + l.unusableSummary()
-	}
-	return why, category
 }

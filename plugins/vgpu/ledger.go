@@ -1,14 +1,19 @@
 package vgpu
 
 import (
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
 // ledger is one session's view of every vGPU card: capacity from the node
@@ -110,6 +115,82 @@ func (l *ledger) addNode(n *engine.Node) {
 	l.scores[n.Name] = &scoreSlot{}
 	l.evicts[n.Name] = &evictSlot{}
 	l.refusals[n.Name] = &refusalSlot{}
+}
+
+// markUnusable records a node whose inventory cannot be used, and why; cordoned
+// one whose cards take no new tasks. Only while the ledger is being built.
+func (l *ledger) markUnusable(node, why string) { l.unusable[node] = why }
+func (l *ledger) markCordoned(node string)      { l.cordoned[node] = true }
+
+// counts is how many nodes have usable cards, how many were refused, and how many
+// tasks the session booked: for the session's log lines.
+func (l *ledger) counts() (nodes, unusable, booked int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.nodes), len(l.unusable), len(l.booked)
+}
+
+// book fits the request onto the node's cards as they are now and reserves them for
+// the task; original is the task's pod as it was, restored if the booking is
+// released. The error names the node; a refusal wraps the *engine.FitError.
+func (l *ledger) book(task vapi.TaskID, node string, req *engine.Request, original *corev1.Pod) ([]api.ContainerAssignment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := l.nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("node %s has no usable vGPU inventory", node)
+	}
+	fit, ferr := engine.FitPod(n, req)
+	if ferr != nil {
+		return nil, fmt.Errorf("no longer fits the cards of node %s: %w", node, ferr)
+	}
+	if err := n.Reserve(fit.Containers, req.Options.QoS); err != nil {
+		return nil, fmt.Errorf("reserving cards on node %s: %w", node, err)
+	}
+	l.version[node]++
+	l.booked[task] = &booking{node: node, containers: fit.Containers, qos: req.Options.QoS, original: original}
+	return fit.Containers, nil
+}
+
+// release gives back the cards the session booked for the task and returns the
+// booking (its original pod); false when the session booked none for it.
+func (l *ledger) release(task vapi.TaskID) (*booking, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.booked[task]
+	if !ok {
+		return nil, false
+	}
+	l.version[b.node]++
+	if n, ok := l.nodes[b.node]; ok {
+		for _, err := range n.Release(b.containers, b.qos) {
+			klog.ErrorS(err, "Releasing vGPU cards", "task", task, "node", b.node)
+		}
+	}
+	delete(l.booked, task)
+	return b, true
+}
+
+// held is what the session booked for the task, if anything.
+func (l *ledger) held(task vapi.TaskID) ([]api.ContainerAssignment, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	b, ok := l.booked[task]
+	if !ok {
+		return nil, false
+	}
+	return b.containers, true
+}
+
+// eachCard calls fn for every card of every node with usable cards.
+func (l *ledger) eachCard(fn func(node string, c *engine.CardState)) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for name, n := range l.nodes {
+		for i := range n.Cards {
+			fn(name, &n.Cards[i])
+		}
+	}
 }
 
 // scoreShape is score for a request whose shape (tasks with equal shapes fit alike)
@@ -232,4 +313,122 @@ func (l *ledger) usage(node string) []engine.CardState {
 		return append([]engine.CardState(nil), n.Cards...)
 	}
 	return nil
+}
+
+// free sums what the cluster's healthy cards have free now; total what they would
+// have with every tenant gone.
+func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
+func (l *ledger) total() (demand, int64) { return l.capacity(false) }
+
+func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, n := range l.nodes {
+		if l.cordoned[n.Name] {
+			continue
+		}
+		for _, c := range n.Cards {
+			if !c.Healthy || c.MIG {
+				continue
+			}
+			if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
+				smallestMiB = c.MemoryMiB
+			}
+			if !free {
+				d.memoryMiB += c.CapacityMiB
+				d.cores += 100
+				d.slots += int64(c.Shares)
+				continue
+			}
+			d.memoryMiB += max(0, c.FreeMiB())
+			d.cores += int64(max(0, c.FreeCores()))
+			d.slots += int64(max(0, c.Shares-c.Used.Tenants))
+		}
+	}
+	return d, smallestMiB
+}
+
+// cardTotals sums the schedulable memory and compute of every card that can take
+// vGPU tasks (healthy, not MIG, on a node that is not cordoned), and the mean card
+// memory.
+func (l *ledger) cardTotals() (fairshare.Amount, int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var total fairshare.Amount
+	var physical, cards int64
+	for _, n := range l.nodes {
+		if l.cordoned[n.Name] {
+			continue
+		}
+		for _, c := range n.Cards {
+			if !c.Healthy || c.MIG {
+				continue
+			}
+			total.MemoryMiB += float64(c.CapacityMiB)
+			total.Cores += 100
+			physical += c.MemoryMiB
+			cards++
+		}
+	}
+	if cards == 0 {
+		return total, 0
+	}
+	return total, physical / cards
+}
+
+// noCardsReason explains a cluster without usable vGPU nodes, naming a few of the
+// nodes whose inventory was refused so that the operator sees the agent problem.
+func (l *ledger) noCardsReason() string {
+	if len(l.unusable) == 0 {
+		return "no node has vGPU cards"
+	}
+	return "no node has usable vGPU cards (" + l.unusableSummary() + ")"
+}
+
+// unusableSummary names up to three nodes whose inventory was refused, and why.
+func (l *ledger) unusableSummary() string {
+	names := make([]string, 0, len(l.unusable))
+	for n := range l.unusable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names[:min(3, len(names))] {
+		parts = append(parts, "node "+n+": "+l.unusable[n])
+	}
+	if len(names) > 3 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(names)-3))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// neverFits returns why a request fits no node even with every card idle, or "",
+// and the reason category for the pending metric.
+func (l *ledger) neverFits(r *engine.Request) (why, category string) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	why, category = l.noCardsReason(), pendingNoInventory
+	// Report the refusal of the node the pod aims at (most cards past its own filters;
+	// ties to the first name), not whichever node came last: a pod pinned to an
+	// unhealthy card must hear "unhealthy", not another node's "excluded by UUID".
+	best, bestNode := -1, ""
+	for name, n := range l.nodes {
+		idle := n.Clone()
+		for i := range idle.Cards {
+			idle.Cards[i].Used = engine.Usage{}
+		}
+		_, ferr := engine.FitPod(idle, r)
+		if ferr == nil {
+			return "", ""
+		}
+		if t := ferr.Targeted(); t > best || t == best && name < bestNode {
+			best, bestNode = t, name
+			why, category = ferr.Error(), refusalOf(ferr)
+		}
+	}
+	if len(l.unusable) > 0 && len(l.nodes) > 0 {
+		// The node that would fit may be one whose agent is gone: say so.
+		why += "; nodes whose vGPU inventory is unusable: " + l.unusableSummary()
+	}
+	return why, category
 }

@@ -122,17 +122,13 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueShare} {
 		v.Reset()
 	}
-	p.ledger.mu.RLock()
-	for name, n := range p.ledger.nodes {
-		for _, c := range n.Cards {
-			idx := strconv.Itoa(c.Index)
-			m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
-			m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))
-			m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores))
-			m.cardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
-		}
-	}
-	p.ledger.mu.RUnlock()
+	p.ledger.eachCard(func(name string, c *engine.CardState) {
+		idx := strconv.Itoa(c.Index)
+		m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
+		m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))
+		m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores))
+		m.cardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
+	})
 	if p.shares != nil {
 		p.shares.publish(m.queueShare)
 	}

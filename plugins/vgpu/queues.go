@@ -65,7 +65,7 @@ func newQueueShares(total fairshare.Amount, refMiB int64) *queueShares {
 
 // buildShares reads every queue's vGPU demand and holdings and divides the cards.
 func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
-	s := newQueueShares(cardTotals(p.ledger))
+	s := newQueueShares(p.ledger.cardTotals())
 	for _, job := range ssn.Jobs {
 		q, ok := ssn.Queues[job.Queue]
 		if !ok {
@@ -107,32 +107,6 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 			"allocated", q.allocated.String(), "request", q.request.String())
 	}
 	return s
-}
-
-// cardTotals sums the schedulable memory and compute of every card that can take
-// vGPU tasks (healthy, not MIG, on a node that is not cordoned), and the mean card
-// memory.
-func cardTotals(l *ledger) (fairshare.Amount, int64) {
-	var total fairshare.Amount
-	var physical, cards int64
-	for _, n := range l.nodes {
-		if l.cordoned[n.Name] {
-			continue
-		}
-		for _, c := range n.Cards {
-			if !c.Healthy || c.MIG {
-				continue
-			}
-			total.MemoryMiB += float64(c.CapacityMiB)
-			total.Cores += 100
-			physical += c.MemoryMiB
-			cards++
-		}
-	}
-	if cards == 0 {
-		return total, 0
-	}
-	return total, physical / cards
 }
 
 func (s *queueShares) queue(q *vapi.QueueInfo, args Args) *queueShare {
@@ -373,11 +347,9 @@ func (p *vgpuPlugin) onPlaced(ssn *framework.Session) func(*framework.Event) {
 		}
 		asked := fairshare.Requested(tr.req.Containers, p.shares.refMiB)
 		held := asked
-		p.ledger.mu.RLock()
-		if b, booked := p.ledger.booked[task.UID]; booked {
-			held = fairshare.Assigned(b.containers)
+		if containers, booked := p.ledger.held(task.UID); booked {
+			held = fairshare.Assigned(containers)
 		}
-		p.ledger.mu.RUnlock()
 		p.shares.place(task.UID, job.Queue, held, asked)
 	}
 }

@@ -23,7 +23,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		}
 		inv, err := p.dec.nodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
-			l.unusable[name] = err.Error()
+			l.markUnusable(name, err.Error())
 			klog.V(4).InfoS("Node's vGPU inventory is unusable", "node", name, "err", err)
 			continue
 		}
@@ -32,7 +32,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		}
 		n := engine.NewNode(name, inv, p.args.MemoryOversubscription)
 		if ni.Node.Spec.Unschedulable {
-			l.cordoned[name] = true
+			l.markCordoned(name)
 		}
 		for _, task := range ni.Tasks {
 			p.accountTask(n, task)

@@ -149,14 +149,16 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 
 	took := p.now().Sub(start)
 	p.metrics.open.Observe(took.Seconds())
-	klog.V(3).InfoS("vgpu session opened", "nodes", len(p.ledger.nodes), "unusableNodes", len(p.ledger.unusable),
+	nodes, unusable, _ := p.ledger.counts()
+	klog.V(3).InfoS("vgpu session opened", "nodes", nodes, "unusableNodes", unusable,
 		"inFlight", p.store.len(), "droppedInFlight", dropped, "staleAssignmentsDropped", scrubbed,
 		"duration", took)
 }
 
 func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
 	p.publishMetrics(ssn)
-	klog.V(3).InfoS("vgpu session closed", "booked", len(p.ledger.booked))
+	_, _, booked := p.ledger.counts()
+	klog.V(3).InfoS("vgpu session closed", "booked", booked)
 }
 
 // request returns the task's parsed vGPU demand, or nil for a task without one.
