@@ -29,27 +29,47 @@ import (
 // share (reclaim), or of the same queue at a lower priority (preempt), and in either
 // case only members their job can spare (gangSpare).
 func (p *vgpuPlugin) evictable(ssn *framework.Session, task, victim *vapi.TaskInfo) bool {
-	_, ok := p.evictableReady(ssn, ssn.Jobs[task.Job], task, ssn.Jobs[victim.Job], victim)
+	_, ok := p.evictableReady(ssn, ssn.Jobs[task.Job], task, ssn.Jobs[victim.Job], victim, nil)
 	return ok
 }
 
+// victimJobMemo keeps, for one walk over a node's tasks, the last victim job's ready
+// members and its queue's standing: a node's tasks mostly belong to few jobs.
+type victimJobMemo struct {
+	job   *vapi.JobInfo
+	ready int32
+	// above is whether the job's queue may be reclaimed from (reclaimable, above its
+	// card share).
+	above bool
+}
+
 // evictableReady is evictable for an evictor of job tj and a victim of job vj, with
-// vj's ready members (which name its state in the eviction memo).
-func (p *vgpuPlugin) evictableReady(ssn *framework.Session, tj *vapi.JobInfo, task *vapi.TaskInfo, vj *vapi.JobInfo, victim *vapi.TaskInfo) (int32, bool) {
+// vj's ready members (which name its state in the eviction memo). memo may be nil.
+func (p *vgpuPlugin) evictableReady(ssn *framework.Session, tj *vapi.JobInfo, task *vapi.TaskInfo, vj *vapi.JobInfo, victim *vapi.TaskInfo,
+	memo *victimJobMemo) (int32, bool) {
 	if tj == nil || vj == nil || !victim.Preemptable {
 		return 0, false
 	}
-	ready := vj.ReadyTaskNum()
+	if memo == nil || memo.job != vj {
+		m := victimJobMemo{job: vj, ready: vj.ReadyTaskNum()}
+		if tj.Queue != vj.Queue {
+			q := ssn.Queues[vj.Queue]
+			m.above = q != nil && q.Reclaimable() && p.shares != nil && p.shares.aboveShare(vj.Queue)
+		}
+		if memo == nil {
+			memo = &m
+		} else {
+			*memo = m
+		}
+	}
+	ready := memo.ready
 	if spareOf(vj, ready, tj.Queue != vj.Queue) <= 0 {
 		return ready, false
 	}
 	if tj.Queue == vj.Queue {
 		return ready, victim.Priority < task.Priority || vj.Priority < tj.Priority
 	}
-	if q := ssn.Queues[vj.Queue]; q == nil || !q.Reclaimable() {
-		return ready, false
-	}
-	return ready, p.shares != nil && p.shares.aboveShare(vj.Queue)
+	return ready, memo.above
 }
 
 // gangSpare is how many of a job's running members may be evicted. Under reclaim
@@ -105,11 +125,12 @@ func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskIn
 	}
 	// Name the question without building the candidate list: most answers are remembered.
 	set, count := pipes*5^nt.releasing, 0
+	var memo victimJobMemo
 	for _, r := range nt.running {
 		if r.task.Job == task.Job {
 			continue
 		}
-		if ready, ok := p.evictableReady(ssn, tj, task, r.job, r.task); ok {
+		if ready, ok := p.evictableReady(ssn, tj, task, r.job, r.task, &memo); ok {
 			count++
 			set ^= r.hash + uint64(ready)*0x9e3779b97f4a7c15
 		}
