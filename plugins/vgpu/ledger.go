@@ -321,55 +321,52 @@ func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
 func (l *ledger) total() (demand, int64) { return l.capacity(false) }
 
 func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
+	l.eachSchedulableCard(func(c *engine.CardState) {
+		if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
+			smallestMiB = c.MemoryMiB
+		}
+		if !free {
+			d.memoryMiB += c.CapacityMiB
+			d.cores += 100
+			d.slots += int64(c.Shares)
+			return
+		}
+		d.memoryMiB += max(0, c.FreeMiB())
+		d.cores += int64(max(0, c.FreeCores()))
+		d.slots += int64(max(0, c.Shares-c.Used.Tenants))
+	})
+	return d, smallestMiB
+}
+
+// eachSchedulableCard calls fn for every card that can take vGPU tasks: healthy, not
+// MIG, on a node that is not cordoned.
+func (l *ledger) eachSchedulableCard(fn func(c *engine.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, n := range l.nodes {
 		if l.cordoned[n.Name] {
 			continue
 		}
-		for _, c := range n.Cards {
-			if !c.Healthy || c.MIG {
-				continue
+		for i := range n.Cards {
+			if c := &n.Cards[i]; c.Healthy && !c.MIG {
+				fn(c)
 			}
-			if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
-				smallestMiB = c.MemoryMiB
-			}
-			if !free {
-				d.memoryMiB += c.CapacityMiB
-				d.cores += 100
-				d.slots += int64(c.Shares)
-				continue
-			}
-			d.memoryMiB += max(0, c.FreeMiB())
-			d.cores += int64(max(0, c.FreeCores()))
-			d.slots += int64(max(0, c.Shares-c.Used.Tenants))
 		}
 	}
-	return d, smallestMiB
 }
 
 // cardTotals sums the schedulable memory and compute of every card that can take
 // vGPU tasks (healthy, not MIG, on a node that is not cordoned), and the mean card
 // memory.
 func (l *ledger) cardTotals() (fairshare.Amount, int64) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
 	var total fairshare.Amount
 	var physical, cards int64
-	for _, n := range l.nodes {
-		if l.cordoned[n.Name] {
-			continue
-		}
-		for _, c := range n.Cards {
-			if !c.Healthy || c.MIG {
-				continue
-			}
-			total.MemoryMiB += float64(c.CapacityMiB)
-			total.Cores += 100
-			physical += c.MemoryMiB
-			cards++
-		}
-	}
+	l.eachSchedulableCard(func(c *engine.CardState) {
+		total.MemoryMiB += float64(c.CapacityMiB)
+		total.Cores += 100
+		physical += c.MemoryMiB
+		cards++
+	})
 	if cards == 0 {
 		return total, 0
 	}
