@@ -68,6 +68,8 @@ type Cluster struct {
 	schedKubeconfig string
 	binds           *bindGate
 	closers         []func()
+	// Each node agent's way to its kubelet's PodResources socket (podresgate.go).
+	gates map[string]*socketGate
 }
 
 // Start brings the cluster up. On error everything already started is stopped.
@@ -75,7 +77,8 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := CheckRoot(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{}}
+	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{},
+		gates: map[string]*socketGate{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return nil, err
 	}
