@@ -101,33 +101,36 @@ func xidAdmissionRound(t *testing.T, n string, round, k int) bool {
 	}); err != nil {
 		t.Fatalf("round %d: the pod pinned to %s was not bound and held in admission", round, card)
 	}
+	// The agent gives up on a held question after 5 s (then the held pod fails for that,
+	// and the round misses): the hold ends within 4.5 s whatever happens.
+	const budget = 4500 * time.Millisecond
+	release := time.Now().Add(budget)
 	// Three more pods bound while the card is healthy queue in the kubelet behind the
-	// held one: it will admit them after it has seen the card fail.
+	// held one: it will admit them after it has seen the card fail. One the scheduler
+	// has not bound within 2.5 s meets the XID in the scheduler instead.
 	submit(t, append(burst(n, second, 1, pinned), burst(n, bystanders, 2, map[string]string{api.AnnotationGPUUUIDInclude: strings.Join(others, ",")})...)...)
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	bound := 0
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pods, err := cl.Client.CoreV1().Pods(n).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		bound := 0
+		bound = 0
 		for _, p := range pods.Items {
 			if hasAnyPrefix(p.Name, []string{victim, second, bystanders}) && p.Spec.NodeName == node {
 				bound++
 			}
 		}
 		return bound == 4, nil
-	}); err != nil {
-		t.Fatalf("round %d: the round's four pods were not all bound to %s", round, node)
-	}
+	})
 	xid := time.Now()
 	if err := cl.InjectXID(node, k, 79); err != nil {
 		t.Fatal(err)
 	}
 	// The Node's allocatable is the kubelet's healthy set (sent every second): once it
-	// drops, the kubelet has seen the card unhealthy. The agent gives up on a held
-	// question after 5 s, so the hold ends by then either way.
+	// drops, the kubelet has seen the card unhealthy.
 	seen := time.Time{}
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 4*time.Second, true, func(ctx context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Until(release), true, func(ctx context.Context) (bool, error) {
 		if slots, _ := cardHealth(ctx, node, card); slots < before {
 			seen = time.Now()
 			return true, nil
@@ -135,8 +138,10 @@ func xidAdmissionRound(t *testing.T, n string, round, k int) bool {
 		return false, nil
 	})
 	cl.ReleasePodResources(node)
+	t.Logf("round %d: %d of 4 pods bound before the XID, pod held in admission for %s", round, bound,
+		time.Since(release.Add(-budget)).Round(10*time.Millisecond))
 	if seen.IsZero() {
-		t.Logf("round %d: the kubelet did not show %s unhealthy within 4 s of the XID", round, card)
+		t.Logf("round %d: the kubelet did not show %s unhealthy before the hold had to end", round, card)
 		seen = xid
 	}
 	pods := settledRound(t, n, []string{victim, second, bystanders}, 4)
@@ -231,8 +236,9 @@ func checkXIDRound(t *testing.T, round int, card string, xid, seen time.Time, vi
 				strings.Contains(p.Status.Message, card) {
 				hit = true
 			}
-			// Refused for want of its card, a pod must say that the card is unhealthy.
-			if pinned := hasAnyPrefix(p.Name, []string{victim, second}); pinned &&
+			// Refused for want of its card, a pod must say that the card is unhealthy; one
+			// whose agent gave up on the held PodResources question says that instead.
+			if pinned := hasAnyPrefix(p.Name, []string{victim, second}); pinned && !strings.Contains(p.Status.Message, "kubelet pod resources") &&
 				!strings.Contains(p.Status.Message, card+" unhealthy") && !strings.Contains(p.Status.Message, "unhealthy card: "+card) {
 				t.Errorf("round %d: pod %s failed without naming unhealthy %s: %s", round, p.Name, card, p.Status.Message)
 			}
