@@ -118,7 +118,7 @@ func (h *Handoff) preferFrom(v *kubeletView, free map[string][]string, must []st
 		}
 		ids, ok := pickSlots(c.c.Cards, free, must)
 		if !ok {
-			full = append(full, c.String())
+			full = append(full, h.describe([]candidate{c}))
 			continue
 		}
 		viable = append(viable, c)
@@ -126,7 +126,7 @@ func (h *Handoff) preferFrom(v *kubeletView, free map[string][]string, must []st
 	}
 	for i := 1; i < len(viable); i++ {
 		if !sameCards(viable[i].c.Cards, uuidsOf(viable[0].c.Cards)) {
-			return nil, true, fmt.Errorf("%w: %d containers of %d cards wait with different cards: %s", ErrAmbiguous, len(viable), size, describe(viable))
+			return nil, true, fmt.Errorf("%w: %d containers of %d cards wait with different cards: %s", ErrAmbiguous, len(viable), size, h.describe(viable))
 		}
 	}
 	if len(viable) > 0 {
@@ -134,8 +134,23 @@ func (h *Handoff) preferFrom(v *kubeletView, free map[string][]string, must []st
 		return picks[0], true, nil
 	}
 	err := fmt.Errorf("%w: no container of %d cards waits with a free slot on each of its cards; waiting: [%s]; cards without a free slot for: [%s]; unusable assignments: [%s]; pods not yet seen: [%s]",
-		ErrNoPendingContainer, size, describe(v.cands), strings.Join(full, "; "), strings.Join(v.problems, "; "), strings.Join(v.unknown, ", "))
+		ErrNoPendingContainer, size, h.describe(v.cands), strings.Join(full, "; "), strings.Join(v.problems, "; "), strings.Join(v.unknown, ", "))
 	return nil, len(v.unknown) == 0, err
+}
+
+// unhealthyNote names the cards of an assignment that are unhealthy now, and why: the
+// kubelet offers no slot of such a card.
+func (h *Handoff) unhealthyNote(cs []api.CardAssignment) string {
+	var out []string
+	for _, c := range cs {
+		if r := h.cards.UnhealthyReason(c.UUID); r != "" {
+			out = append(out, fmt.Sprintf("%s unhealthy: %s", c.UUID, r))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, "; ") + ")"
 }
 
 // pickSlots takes, for each card, a slot the kubelet must include if there is one, or
@@ -193,6 +208,13 @@ func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[str
 	uuids := make([]string, len(got))
 	for i, c := range got {
 		uuids[i] = c.UUID
+		// The kubelet picks among the slots it last saw healthy and keeps its pick while
+		// it waits for GetPreferredAllocation, even if the card fails meanwhile: refuse
+		// rather than hand a new container a card known to be broken.
+		if !c.Healthy {
+			return nil, "", fmt.Errorf("%w: %s (%s) turned unhealthy after the kubelet chose its slots",
+				ErrUnhealthyCard, c.UUID, h.cards.UnhealthyReason(c.UUID))
+		}
 	}
 	c, err := h.identify(ctx, uuids, exclude)
 	if err != nil {

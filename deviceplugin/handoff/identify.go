@@ -24,6 +24,8 @@ var (
 	ErrUnknownOwner = errors.New("the kubelet reports no container holding these slots")
 	// ErrMismatch: the kubelet's slots and the scheduler's assignment disagree.
 	ErrMismatch = errors.New("slots do not match the assignment")
+	// ErrUnhealthyCard: the kubelet allocates slots of a card that is unhealthy by now.
+	ErrUnhealthyCard = errors.New("unhealthy card")
 )
 
 // candidate is the next container of one pod that the kubelet will set up: the first
@@ -151,10 +153,10 @@ func (h *Handoff) identify(ctx context.Context, uuids []string, exclude map[stri
 			case len(matches) == 1:
 				return &matches[0], nil
 			case len(matches) > 1:
-				return nil, fmt.Errorf("%w: %d containers wait for cards %s: %s", ErrAmbiguous, len(matches), strings.Join(uuids, ","), describe(matches))
+				return nil, fmt.Errorf("%w: %d containers wait for cards %s: %s", ErrAmbiguous, len(matches), strings.Join(uuids, ","), h.describe(matches))
 			}
 			err = fmt.Errorf("%w: cards %s; waiting containers: [%s]; unusable assignments: [%s]; pods not yet seen: [%s]",
-				ErrNoPendingContainer, strings.Join(uuids, ","), describe(v.cands), strings.Join(v.problems, "; "), strings.Join(v.unknown, ", "))
+				ErrNoPendingContainer, strings.Join(uuids, ","), h.describe(v.cands), strings.Join(v.problems, "; "), strings.Join(v.unknown, ", "))
 			if len(v.unknown) == 0 {
 				return nil, err
 			}
@@ -170,10 +172,11 @@ func (h *Handoff) identify(ctx context.Context, uuids []string, exclude map[stri
 	}
 }
 
-func describe(cs []candidate) string {
+// describe lists candidates with their cards, and which of those are unhealthy now.
+func (h *Handoff) describe(cs []candidate) string {
 	s := make([]string, len(cs))
 	for i, c := range cs {
-		s[i] = c.String()
+		s[i] = c.String() + h.unhealthyNote(c.c.Cards)
 	}
 	return strings.Join(s, "; ")
 }

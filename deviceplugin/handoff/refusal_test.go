@@ -1,13 +1,18 @@
 package handoff_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
 	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
 )
 
@@ -125,5 +130,62 @@ func TestAnAgentRestartInTheMiddleOfAHandoffLosesNothingAndDoubleAssignsNothing(
 			}
 			seen[id] = true
 		}
+	}
+}
+
+func TestACardThatFailsAfterTheKubeletChoseItsSlotsIsRefusedAtAllocate(t *testing.T) {
+	h := newHarness(t, nvmlfake.Cards(2), 4)
+	h.waitRegistered(1)
+	u := h.uuids
+	// The kubelet offered card 0's slots and the plugin preferred them; the card reports
+	// a fatal XID before the kubelet's Allocate.
+	h.kubelet.BeforeAllocate(func() { h.reg.SetHealth(u[0], false, "fatal XID 79") })
+	late, _ := h.podOnCards("late", []ctrCard{{0, 1000, 10}})
+	h.bind(late.Pod)
+	_, err := h.kubelet.Admit(h.ctx, late.Pod)
+	want := "unhealthy card: " + u[0] + " (fatal XID 79) turned unhealthy after the kubelet chose its slots"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want a refusal containing %q", err, want)
+	}
+	if _, err := os.Stat(filepath.Join(h.root, "pods", string(late.UID))); !os.IsNotExist(err) {
+		t.Errorf("a directory was prepared for the refused container: %v", err)
+	}
+
+	// Healthy again and offered again, the card is handed out.
+	h.kubelet.BeforeAllocate(nil)
+	h.reg.SetHealth(u[0], true, "")
+	if err := h.kubelet.WaitFor(h.ctx, func(k *kubeletsim.Kubelet) bool {
+		return k.Health()[cards.SlotID(u[0], 0)] == pluginapi.Healthy
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelet.Release(late.UID)
+	again, want2 := h.podOnCards("again", []ctrCard{{0, 1000, 10}})
+	h.bind(again.Pod)
+	resps, err := h.kubelet.Admit(h.ctx, again.Pod)
+	if err != nil {
+		t.Fatalf("admit on the healed card: %v", err)
+	}
+	checkResponse(t, "again", resps["main"], want2)
+}
+
+func TestAPodWhoseCardIsUnhealthyIsRefusedNamingTheCardAndWhy(t *testing.T) {
+	h := newHarness(t, nvmlfake.Cards(2), 4)
+	h.waitRegistered(1)
+	u := h.uuids
+	h.reg.SetHealth(u[0], false, "fatal XID 79")
+	if err := h.kubelet.WaitFor(h.ctx, func(k *kubeletsim.Kubelet) bool {
+		return k.Health()[cards.SlotID(u[0], 0)] == pluginapi.Unhealthy
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Bound to card 0 before the scheduler saw it fail: the kubelet offers only card 1's
+	// slots, and the refusal of them says why the pod's own card was not offered.
+	p, _ := h.podOnCards("pinned", []ctrCard{{0, 1000, 10}})
+	h.bind(p.Pod)
+	_, err := h.kubelet.Admit(h.ctx, p.Pod)
+	want := `waiting containers: [team/pinned container "main" (cards ` + u[0] + ") (" + u[0] + " unhealthy: fatal XID 79)]"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want a refusal containing %q", err, want)
 	}
 }

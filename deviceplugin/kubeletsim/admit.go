@@ -71,6 +71,12 @@ func (k *Kubelet) allocate(ctx context.Context, n int) (*Allocation, error) {
 	if err != nil {
 		return nil, err
 	}
+	k.mu.Lock()
+	hook := k.beforeAllocate
+	k.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	start := time.Now()
 	resp, err := plugin.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	k.mu.Lock()

@@ -57,6 +57,7 @@ type Kubelet struct {
 	pluginOpts      *pluginapi.DevicePluginOptions
 	registered      int
 	ignorePreferred bool
+	beforeAllocate  func()
 	health          map[string]string // slot ID -> Healthy/Unhealthy
 	pods            []*corev1.Pod     // active pods, in admission order
 	holders         map[types.UID]map[string][]string
@@ -186,6 +187,15 @@ func (k *Kubelet) SetIgnorePreferred(ignore bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.ignorePreferred = ignore
+}
+
+// BeforeAllocate runs f after admission has chosen a container's slots and before it
+// calls Allocate with them (nil: nothing), where the real kubelet waits for
+// GetPreferredAllocation and the card may change meanwhile.
+func (k *Kubelet) BeforeAllocate(f func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.beforeAllocate = f
 }
 
 // LastAllocate is how long the last Allocate call took, round trip.

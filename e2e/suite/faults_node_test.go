@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -153,68 +152,83 @@ func TestFaultAgentKilledMidBurstOnOneNode(t *testing.T) {
 	noOvercommit(t)
 }
 
-// The scheduler is killed at the first bind of a 16-member gang it is placing and
-// started again. Volcano sends a gang's binds together, so by the kill most or all
-// members are bound but none handed off yet (the log says how many): the restarted
-// scheduler must rebuild its card ledger from those assignments. A second, identical
-// gang then takes exactly the capacity left (each member half an A100's memory), so a
-// ledger that missed the first gang would over-commit cards.
+// The scheduler is killed between two binds of a 16-member gang and started again. The
+// harness's proxy in front of the API server lets the first 5 binds of the namespace
+// through and holds the rest; the kill drops the held ones, so 5 of the 16 members are
+// bound (not yet handed off, perhaps) and 11 are not, and the restarted scheduler must
+// rebuild its card ledger from the API server. The bound members keep their nodes and
+// cards, the gang ends whole, and a second, identical gang then takes exactly the
+// capacity left (each member half an A100's memory): a ledger that missed the first
+// gang's bound members would over-commit cards.
 func TestFaultSchedulerRestartMidGang(t *testing.T) {
 	ctx := context.Background()
 	n := ns(t, "fault-gang")
 	defer cleanup(t, n)
+	defer cl.OpenBinds()
+	const members, pass = 16, 5
 	gang := func(name string) *batchv1alpha1.Job {
-		return workload.Job(n, name, "default", 16, workload.Task{Name: "w", Replicas: 16,
+		return workload.Job(n, name, "default", members, workload.Task{Name: "w", Replicas: members,
 			Annotations: map[string]string{api.AnnotationGPUTypeInclude: "A100"},
 			Containers:  []workload.Container{{Name: "main", Cards: 1, MemPct: 50, Cores: 40}}})
 	}
-	w, err := cl.Client.CoreV1().Pods(n).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl.BindGate(n, pass)
 	submit(t, gang("first"))
-	firstBind(t, w)
-	cl.KillScheduler()
-	pods, _ := workload.Pods(ctx, cl.Client, n, "first")
-	bound := 0
-	for _, p := range pods {
-		if p.Spec.NodeName != "" {
-			bound++
-		}
+	var bound map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		held, _ := cl.HeldBinds()
+		bound = boundMembers(ctx, n, "first")
+		return len(bound) == pass && held > 0, nil
+	}); err != nil {
+		held, _ := cl.HeldBinds()
+		t.Fatalf("want %d members bound and a bind held in the proxy, have %d bound, %d held", pass, len(bound), held)
 	}
-	t.Logf("scheduler killed with %d of %d members of the first gang bound", bound, len(pods))
+	start := time.Now()
+	cl.KillScheduler()
+	var held, dropped int
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		held, dropped = cl.HeldBinds()
+		return held == 0 && dropped > 0, nil
+	}); err != nil {
+		t.Fatalf("the killed scheduler's held binds were not dropped: %d held, %d dropped", held, dropped)
+	}
+	bound = boundMembers(ctx, n, "first")
+	if len(bound) == 0 || len(bound) >= members {
+		t.Fatalf("the kill did not land between two binds of the gang: %d of %d bound", len(bound), members)
+	}
+	t.Logf("scheduler killed between two binds of the gang: %d of %d members bound, %d binds held and dropped with it",
+		len(bound), members, dropped)
+	cl.OpenBinds()
 	if err := cl.StartScheduler(ctx); err != nil {
 		t.Fatal(err)
 	}
-	submit(t, gang("second"))
-	var all []corev1.Pod
-	for _, name := range []string{"first", "second"} {
-		pods, err := workload.WaitPods(ctx, cl.Client, n, name, 3*time.Minute, workload.AllPhase(16, corev1.PodRunning))
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, pods...)
+	first, err := workload.WaitPods(ctx, cl.Client, n, "first", 3*time.Minute, workload.AllPhase(members, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkHandoff(t, all)
+	t.Logf("the gang is whole again %s after the kill", time.Since(start).Round(100*time.Millisecond))
+	for _, p := range first {
+		if was, ok := bound[p.Name]; ok && was != p.Spec.NodeName+" "+p.Annotations[api.AnnotationAssignment] {
+			t.Errorf("member %s bound before the kill moved: was %s, now on %s with %s", p.Name, was, p.Spec.NodeName,
+				p.Annotations[api.AnnotationAssignment])
+		}
+	}
+	submit(t, gang("second"))
+	second, err := workload.WaitPods(ctx, cl.Client, n, "second", 3*time.Minute, workload.AllPhase(members, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHandoff(t, append(first, second...))
 	noOvercommit(t)
 }
 
-// firstBind returns as soon as the watch shows a pod bound to a node.
-func firstBind(t *testing.T, w watch.Interface) {
-	t.Helper()
-	defer w.Stop()
-	timeout := time.After(2 * time.Minute)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatal("pod watch ended before a bind")
-			}
-			if p, isPod := ev.Object.(*corev1.Pod); isPod && p.Spec.NodeName != "" {
-				return
-			}
-		case <-timeout:
-			t.Fatal("no gang member bound within 2 minutes")
+// boundMembers maps each bound pod of the job to its node and assignment.
+func boundMembers(ctx context.Context, namespace, job string) map[string]string {
+	pods, _ := workload.Pods(ctx, cl.Client, namespace, job)
+	out := map[string]string{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			out[p.Name] = p.Spec.NodeName + " " + p.Annotations[api.AnnotationAssignment]
 		}
 	}
+	return out
 }

@@ -36,6 +36,10 @@ var nodes = []cluster.Node{
 // heartbeatTimeout replaces the shipped 90s so that the stale-agent scenario is short.
 const heartbeatTimeout = "15s"
 
+// recoverAfter is the agents' --health-recover-after: how long after its last injected
+// XID a card stays unhealthy.
+const recoverAfter = 20 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -79,7 +83,7 @@ func run(m *testing.M) int {
 		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s",
 			// A card broken by an injected XID is checked every 2 s and healthy again 20 s
 			// after its last fatal event, within its scenario.
-			"--health-check-interval=2s", "--health-recover-after=20s"}, Progress: os.Stdout})
+			"--health-check-interval=2s", "--health-recover-after=" + recoverAfter.String()}, Progress: os.Stdout})
 	if err != nil {
 		fmt.Println(err)
 		return 1

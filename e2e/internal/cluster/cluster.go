@@ -64,6 +64,12 @@ type Cluster struct {
 	sched    *proc
 	api      *proc
 	logDir   string
+	// The scheduler's way to the API server (apiproxy.go) and what ends it.
+	schedKubeconfig string
+	binds           *bindGate
+	closers         []func()
+	// Each node agent's way to its kubelet's PodResources socket (podresgate.go).
+	gates map[string]*socketGate
 }
 
 // Start brings the cluster up. On error everything already started is stopped.
@@ -71,7 +77,8 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := CheckRoot(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{}}
+	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{},
+		gates: map[string]*socketGate{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -137,9 +144,14 @@ func CheckRoot() error {
 func (c *Cluster) Stop() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
+	closers := c.closers
+	c.closers = nil
 	c.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(5 * time.Second)
+	}
+	for _, f := range closers {
+		f()
 	}
 }
 
@@ -322,9 +334,15 @@ func healthz(port int) func(context.Context) (bool, error) {
 	}
 }
 
-// StartScheduler starts Tessera's vc-scheduler and waits until it has created the
-// default queue and answers its health check.
+// StartScheduler starts Tessera's vc-scheduler, talking to the API server through the
+// harness's proxy (apiproxy.go), and waits until it has created the default queue and
+// answers its health check.
 func (c *Cluster) StartScheduler(ctx context.Context) error {
+	if c.schedKubeconfig == "" {
+		if err := c.startAPIProxy(); err != nil {
+			return fmt.Errorf("scheduler's API proxy: %w", err)
+		}
+	}
 	lp, err := freePort()
 	if err != nil {
 		return err
@@ -333,7 +351,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.Kubeconfig,
+	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.schedKubeconfig,
 		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
 	if err != nil {

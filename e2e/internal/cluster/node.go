@@ -25,6 +25,8 @@ import (
 //	                   the agent's socket, the device manager's checkpoint
 //	kubelet/           the kubelet's --root-dir (pods/, pod-resources/kubelet.sock, pki/)
 //	kubelet.yaml       its KubeletConfiguration
+//	pod-resources.sock the harness's relay to the kubelet's PodResources socket, which
+//	                   the agent asks (HoldPodResources)
 //	pod-logs/          container logs (podLogsDir), created by the CRI
 //	records/           what the kubelet passed to each container (one JSON per container)
 //	faults/            files the fake agent turns into NVML events (InjectXID)
@@ -67,6 +69,9 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 		return err
 	}
 	if err := c.StartKubelet(ctx, n.Name); err != nil {
+		return err
+	}
+	if err := c.startPodResourcesRelay(n.Name); err != nil {
 		return err
 	}
 	if err := c.StartAgent(ctx, n.Name); err != nil {
@@ -187,7 +192,7 @@ func (c *Cluster) StartAgent(ctx context.Context, name string) error {
 	dir := c.NodeDir(name)
 	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
-		"--pod-resources-socket=" + c.podResourcesSocket(name),
+		"--pod-resources-socket=" + c.podResourcesRelay(name),
 		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
 		"--hook-library=" + c.HookLibrary()}, c.Opts.AgentArgs...)
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
