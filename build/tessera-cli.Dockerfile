@@ -6,6 +6,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
+COPY placement/ placement/
 COPY plugins/ plugins/
 COPY cli/ cli/
 COPY cmd/tessera/ cmd/tessera/

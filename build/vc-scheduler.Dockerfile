@@ -7,6 +7,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
+COPY placement/ placement/
 COPY plugins/ plugins/
 COPY cmd/vc-scheduler/ cmd/vc-scheduler/
 # Static binary: the scheduler needs no C library.

@@ -7,6 +7,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
+COPY placement/ placement/
 COPY deviceplugin/ deviceplugin/
 COPY plugins/ plugins/
 COPY cmd/vgpu-device-plugin/ cmd/vgpu-device-plugin/

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // Explain status values.
@@ -50,12 +50,12 @@ type NodeFit struct {
 	// Reason is the predicate's message, word for word.
 	Reason string `json:"reason,omitempty"`
 	// Resolvable: the refusal depends on other tenants, so waiting or preemption may help.
-	Resolvable bool                `json:"resolvable,omitempty"`
-	Rejects    []engine.CardReject `json:"rejects,omitempty"`
+	Resolvable bool                   `json:"resolvable,omitempty"`
+	Rejects    []placement.CardReject `json:"rejects,omitempty"`
 }
 
 // Explain runs the vgpu plugin's predicate for the pod on every node of the
-// snapshot: the same request parsing, inventory rules, usage accounting and engine.
+// snapshot: the same request parsing, inventory rules, usage accounting and placement maths.
 func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 	v := &ExplainView{Namespace: pod.Namespace, Pod: pod.Name}
 	for _, c := range pod.Status.Conditions {
@@ -88,7 +88,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		case st.engine == nil:
 			f.Reason = "vgpu: node has no vGPU inventory"
 		default:
-			fit, ferr := engine.FitPod(st.engine, req)
+			fit, ferr := placement.FitPod(st.engine, req)
 			if ferr != nil {
 				f.Reason, f.Resolvable, f.Rejects = ferr.Error(), ferr.Resolvable(), ferr.Rejects
 			} else {
@@ -116,7 +116,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 }
 
 // request parses the pod's demand with the plugin's own parser.
-func (s *Snapshot) request(pod *corev1.Pod) (*engine.Request, error) {
+func (s *Snapshot) request(pod *corev1.Pod) (*placement.Request, error) {
 	return s.Args.Request(pod)
 }
 

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // Node status values.
@@ -74,7 +74,7 @@ func (s *Snapshot) NodesView() []NodeView {
 	return out
 }
 
-func cardView(c *engine.CardState, tenants []Tenant) CardView {
+func cardView(c *placement.CardState, tenants []Tenant) CardView {
 	v := CardView{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryMiB: c.MemoryMiB, CapacityMiB: c.CapacityMiB,
 		UsedMemoryMiB: c.Used.MemoryMiB, UsedCores: c.Used.Cores, Tenants: c.Used.Tenants, Shares: c.Shares,
 		Healthy: c.Healthy, MIG: c.MIG, NUMA: c.NUMA, Pods: tenants}

@@ -1,6 +1,6 @@
 // Package cli implements the tessera command's cluster views: nodes, pod, explain
 // and report. It reads the cluster once into a Snapshot and computes every view from
-// it with the same engine and the same reading rules as the vgpu scheduler plugin, so
+// it with the same placement maths and the same reading rules as the vgpu scheduler plugin, so
 // that what the CLI shows is what the scheduler sees.
 package cli
 
@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
@@ -109,7 +109,7 @@ type nodeState struct {
 	// err explains an inventory the scheduler cannot use (malformed, stale).
 	err error
 	// engine is nil for nodes without a usable inventory.
-	engine  *engine.Node
+	engine  *placement.Node
 	tenants map[string][]Tenant // card UUID -> pods on it
 	// problems are the pods on the node whose cards cannot be accounted.
 	problems []string
@@ -146,7 +146,7 @@ func (s *Snapshot) nodeStates() []*nodeState {
 		if err != nil || inv == nil {
 			continue
 		}
-		st.engine = engine.NewNode(n.Name, inv, s.Args.MemoryOversubscription)
+		st.engine = placement.NewNode(n.Name, inv, s.Args.MemoryOversubscription)
 		for _, p := range byNode[n.Name] {
 			if !s.Args.Resources.HasVGPURequest(p) {
 				continue

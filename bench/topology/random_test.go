@@ -9,7 +9,7 @@ import (
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 var linkPool = []api.LinkType{"NV1", "NV2", "NV4", "NV12", api.LinkSameBoard, api.LinkPCIeSingle,
@@ -54,15 +54,15 @@ func BenchmarkRandomNodes(b *testing.B) {
 		optimum /= float64(len(sc))
 		name := fmt.Sprintf("%dcards/%dfree/k=%d", tc.cards, tc.free, tc.k)
 		b.Run(name+"/tessera", func(b *testing.B) {
-			nodes := make([]*engine.Node, len(sc))
+			nodes := make([]*placement.Node, len(sc))
 			for i, s := range sc {
-				nodes[i] = engine.NewNode("n", s.inv, 1)
+				nodes[i] = placement.NewNode("n", s.inv, 1)
 			}
 			var total float64
 			for i := 0; i < b.N; i++ {
 				s := i % len(sc)
 				set, _ := nodes[s].PreferredCards(sc[s].free, nil, tc.k)
-				total += float64(engine.LinkTotal(sc[s].inv.Links, set))
+				total += float64(placement.LinkTotal(sc[s].inv.Links, set))
 			}
 			report(b, total/float64(b.N), optimum)
 		})
@@ -79,7 +79,7 @@ func BenchmarkRandomNodes(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				s := i % len(sc)
 				set := indices(policy.Allocate(devs[s], nil, tc.k))
-				total += float64(engine.LinkTotal(sc[s].inv.Links, set))
+				total += float64(placement.LinkTotal(sc[s].inv.Links, set))
 			}
 			report(b, total/float64(b.N), optimum)
 		})
@@ -98,7 +98,7 @@ func bestLinkTotal(links [][]api.LinkType, free []int, k int) int {
 	var rec func(from int)
 	rec = func(from int) {
 		if len(set) == k {
-			best = max(best, engine.LinkTotal(links, set))
+			best = max(best, placement.LinkTotal(links, set))
 			return
 		}
 		for p := from; p <= len(free)-(k-len(set)); p++ {

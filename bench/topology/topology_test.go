@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // machine is one benchmark topology and the request sizes run on it.
@@ -36,7 +36,7 @@ func machines() []machine {
 // and, for Tessera, the p99 latency over the run.
 func BenchmarkAllocators(b *testing.B) {
 	for _, m := range machines() {
-		node := engine.NewNode(m.name, m.inv, 1)
+		node := placement.NewNode(m.name, m.inv, 1)
 		free := make([]int, len(m.inv.Cards))
 		for i := range free {
 			free[i] = i
@@ -51,7 +51,7 @@ func BenchmarkAllocators(b *testing.B) {
 					set, _ = node.PreferredCards(free, nil, k)
 					times = append(times, time.Since(start))
 				}
-				b.ReportMetric(float64(engine.LinkTotal(m.inv.Links, set)), "link-score")
+				b.ReportMetric(float64(placement.LinkTotal(m.inv.Links, set)), "link-score")
 				b.ReportMetric(float64(p99(times).Nanoseconds()), "p99-ns")
 			})
 			b.Run(fmt.Sprintf("%s/k=%d/go-gpuallocator", m.name, k), func(b *testing.B) {
@@ -65,7 +65,7 @@ func BenchmarkAllocators(b *testing.B) {
 					set[i] = d.Index
 				}
 				sort.Ints(set)
-				b.ReportMetric(float64(engine.LinkTotal(m.inv.Links, set)), "link-score")
+				b.ReportMetric(float64(placement.LinkTotal(m.inv.Links, set)), "link-score")
 			})
 		}
 	}
@@ -77,7 +77,7 @@ func p99(times []time.Duration) time.Duration {
 }
 
 // gpuDevices describes the inventory to go-gpuallocator: one link per pair, of the
-// type our matrix holds, so that its pair scores equal engine.LinkScore.
+// type our matrix holds, so that its pair scores equal placement.LinkScore.
 func gpuDevices(inv *api.NodeInventory) []*gpuallocator.Device {
 	devs := make([]*gpuallocator.Device, len(inv.Cards))
 	for i, c := range inv.Cards {
@@ -123,7 +123,7 @@ func p2pType(l api.LinkType) uint64 {
 }
 
 // TestPairScoresAgree checks the translation: go-gpuallocator orders every link
-// type as engine.LinkScore does, so the two totals are comparable. Of three cards
+// type as placement.LinkScore does, so the two totals are comparable. Of three cards
 // whose pair (0, 1) has the better link, it must choose that pair, and never when
 // that pair has the worse one.
 func TestPairScoresAgree(t *testing.T) {
@@ -131,8 +131,8 @@ func TestPairScoresAgree(t *testing.T) {
 		api.LinkHostBridge, api.LinkSameNUMA, api.LinkCrossNUMA}
 	for i := 0; i+1 < len(order); i++ {
 		better, worse := order[i], order[i+1]
-		if engine.LinkScore(better) <= engine.LinkScore(worse) {
-			t.Fatalf("engine scores %s (%d) no higher than %s (%d)", better, engine.LinkScore(better), worse, engine.LinkScore(worse))
+		if placement.LinkScore(better) <= placement.LinkScore(worse) {
+			t.Fatalf("placement scores %s (%d) no higher than %s (%d)", better, placement.LinkScore(better), worse, placement.LinkScore(worse))
 		}
 		for _, tc := range []struct {
 			pair, rest api.LinkType

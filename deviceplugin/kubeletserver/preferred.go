@@ -12,13 +12,13 @@ import (
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // preferred answers GetPreferredAllocation for one container. A container the
 // scheduler assigned gets exactly its cards, from the handler; only when no pending
 // container is waiting for these slots (a pod Tessera did not place, so there is no
-// assignment to follow) do the slots come from the scheduler's own topology engine,
+// assignment to follow) do the slots come from the shared placement package,
 // so the kubelet's choice is at least link- and NUMA-aware. Allocate still decides
 // whether such a pod may have the cards.
 func (s *Server) preferred(ctx context.Context, req *pluginapi.ContainerPreferredAllocationRequest) ([]string, error) {
@@ -36,7 +36,7 @@ func (s *Server) preferred(ctx context.Context, req *pluginapi.ContainerPreferre
 
 // PreferWholeCards chooses size slots on size distinct cards, one slot per card as
 // the scheduler's contract has it, preferring idle cards (all of their slots
-// available) and among those the best-linked set the engine finds. Must-include
+// available) and among those the best-linked set package placement finds. Must-include
 // slots are kept.
 func PreferWholeCards(inv *api.NodeInventory, available, must []string, size int) ([]string, error) {
 	index := make(map[string]int, len(inv.Cards))
@@ -81,7 +81,7 @@ func PreferWholeCards(inv *api.NodeInventory, available, must []string, size int
 	for i := range mustCard {
 		mustIdx = append(mustIdx, i)
 	}
-	node := engine.NewNode("", inv, 1)
+	node := placement.NewNode("", inv, 1)
 	chosen, ok := node.PreferredCards(withAll(idle, mustIdx), mustIdx, size)
 	if !ok {
 		chosen, ok = node.PreferredCards(any, mustIdx, size)

@@ -12,7 +12,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // onAllocate books the task's cards and writes the assignment on the session's copy
@@ -45,7 +45,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	containers, err := p.ledger.book(task.UID, task.NodeName, tr.req, original)
 	if err != nil {
 		e.Err = fmt.Errorf("%s: task %s: %w", PluginName, ref, err)
-		var ferr *engine.FitError
+		var ferr *placement.FitError
 		if errors.As(err, &ferr) {
 			klog.ErrorS(e.Err, "Refusing the allocation", "detail", ferr.Detail())
 		} else {

@@ -9,7 +9,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
@@ -220,7 +220,7 @@ func uidHash(uid vapi.TaskID) uint64 {
 
 // fitsWithout reports whether the request fits the node's future cards (those
 // being released gone, pipelined tasks' in place) once the victims' cards are free.
-func (p *vgpuPlugin) fitsWithout(future *engine.Node, req *engine.Request, victims []*vapi.TaskInfo) bool {
+func (p *vgpuPlugin) fitsWithout(future *placement.Node, req *placement.Request, victims []*vapi.TaskInfo) bool {
 	n := future.Clone()
 	for _, v := range victims {
 		cs, qos, held, err := p.heldCards(v)
@@ -229,7 +229,7 @@ func (p *vgpuPlugin) fitsWithout(future *engine.Node, req *engine.Request, victi
 		}
 		n.Release(cs, qos)
 	}
-	_, ferr := engine.FitPod(n, req)
+	_, ferr := placement.FitPod(n, req)
 	return ferr == nil
 }
 
@@ -295,7 +295,7 @@ func (p *vgpuPlugin) pickVictims(ssn *framework.Session, evictor *vapi.TaskInfo,
 	if future == nil {
 		return nil, false
 	}
-	if _, ferr := engine.FitPod(future, tr.req); ferr == nil {
+	if _, ferr := placement.FitPod(future, tr.req); ferr == nil {
 		return nil, true
 	}
 	type held struct {
@@ -403,7 +403,7 @@ func (p *vgpuPlugin) onPipeline(e *framework.Event) {
 			klog.KRef(task.Namespace, task.Name), task.NodeName)
 		return
 	}
-	fit, ferr := engine.FitPod(n, tr.req)
+	fit, ferr := placement.FitPod(n, tr.req)
 	if ferr != nil {
 		e.Err = fmt.Errorf("%s: task %s will not fit the cards of node %s even once its evicted pods are gone: %w", PluginName,
 			klog.KRef(task.Namespace, task.Name), task.NodeName, ferr)
@@ -419,7 +419,7 @@ func (p *vgpuPlugin) unpipeline(id vapi.TaskID) {
 
 // futureNode is the node's cards once the pods being evicted from it are gone, less
 // what the session's other pipelined tasks there expect.
-func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *engine.Node {
+func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *placement.Node {
 	n := p.ledger.clone(node.Name)
 	if n == nil {
 		return nil

@@ -30,7 +30,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // evictTiers puts vgpu in the first tier, beside priority, gang and conformance: Volcano
@@ -334,7 +334,7 @@ func TestShippedActionsReclaimForALateQueue(t *testing.T) {
 // state of the node.
 func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 	l := newLedger()
-	l.addNode(engine.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
+	l.addNode(placement.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
 	key := evictKey{request: "one card", victims: 42, count: 2}
 	if _, ok, _ := l.evictAnswer("n1", key); ok {
 		t.Fatal("an empty memo answered")

@@ -8,7 +8,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
@@ -21,7 +21,7 @@ type demand struct {
 
 // taskDemand bounds a request from below: percentage memory is priced at the
 // smallest card, so a job refused on these figures can never fit.
-func taskDemand(r *engine.Request, smallestMiB int64) demand {
+func taskDemand(r *placement.Request, smallestMiB int64) demand {
 	var d demand
 	for _, c := range r.Containers {
 		mem := c.MemoryMiB

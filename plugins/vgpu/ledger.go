@@ -12,7 +12,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/plugins/fairshare"
 )
 
@@ -21,7 +21,7 @@ import (
 // flight, kept in step with the session's allocate and deallocate events.
 type ledger struct {
 	mu    sync.RWMutex
-	nodes map[string]*engine.Node
+	nodes map[string]*placement.Node
 	// unusable explains nodes whose inventory cannot be used (malformed, stale).
 	unusable map[string]string
 	// cordoned nodes keep their pods' bookings but take no new tasks: their cards
@@ -47,7 +47,7 @@ type refusalSlot struct {
 	mu      sync.Mutex
 	shape   string
 	version uint64
-	ferr    *engine.FitError
+	ferr    *placement.FitError
 	reason  string
 	kind    string // refusalOf(ferr), for the pending-task metrics
 }
@@ -103,14 +103,14 @@ type booking struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{nodes: map[string]*engine.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
+	return &ledger{nodes: map[string]*placement.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
 		booked:  map[vapi.TaskID]*booking{},
 		version: map[string]uint64{}, scores: map[string]*scoreSlot{}, evicts: map[string]*evictSlot{},
 		refusals: map[string]*refusalSlot{}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
-func (l *ledger) addNode(n *engine.Node) {
+func (l *ledger) addNode(n *placement.Node) {
 	l.nodes[n.Name] = n
 	l.scores[n.Name] = &scoreSlot{}
 	l.evicts[n.Name] = &evictSlot{}
@@ -132,15 +132,15 @@ func (l *ledger) counts() (nodes, unusable, booked int) {
 
 // book fits the request onto the node's cards as they are now and reserves them for
 // the task; original is the task's pod as it was, restored if the booking is
-// released. The error names the node; a refusal wraps the *engine.FitError.
-func (l *ledger) book(task vapi.TaskID, node string, req *engine.Request, original *corev1.Pod) ([]api.ContainerAssignment, error) {
+// released. The error names the node; a refusal wraps the *placement.FitError.
+func (l *ledger) book(task vapi.TaskID, node string, req *placement.Request, original *corev1.Pod) ([]api.ContainerAssignment, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n, ok := l.nodes[node]
 	if !ok {
 		return nil, fmt.Errorf("node %s has no usable vGPU inventory", node)
 	}
-	fit, ferr := engine.FitPod(n, req)
+	fit, ferr := placement.FitPod(n, req)
 	if ferr != nil {
 		return nil, fmt.Errorf("no longer fits the cards of node %s: %w", node, ferr)
 	}
@@ -183,7 +183,7 @@ func (l *ledger) held(task vapi.TaskID) ([]api.ContainerAssignment, bool) {
 }
 
 // eachCard calls fn for every card of every node with usable cards.
-func (l *ledger) eachCard(fn func(node string, c *engine.CardState)) {
+func (l *ledger) eachCard(fn func(node string, c *placement.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for name, n := range l.nodes {
@@ -196,7 +196,7 @@ func (l *ledger) eachCard(fn func(node string, c *engine.CardState)) {
 // scoreShape is score for a request whose shape (tasks with equal shapes fit alike)
 // is known: a refusal of the same shape by the unchanged node is answered from
 // memory, with its message and kind (refusalOf).
-func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *engine.Request) (ferr *engine.FitError, reason, kind, why string) {
+func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
 	l.mu.RLock()
 	slot, ok := l.refusals[node]
 	version := l.version[node]
@@ -254,7 +254,7 @@ func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer
 
 // score runs the engine for a task against a node's current usage and remembers
 // the score for node ordering. why explains a node that has no usable cards.
-func (l *ledger) score(task vapi.TaskID, node string, req *engine.Request) (ferr *engine.FitError, why string) {
+func (l *ledger) score(task vapi.TaskID, node string, req *placement.Request) (ferr *placement.FitError, why string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	n, ok := l.nodes[node]
@@ -264,7 +264,7 @@ func (l *ledger) score(task vapi.TaskID, node string, req *engine.Request) (ferr
 		}
 		return nil, "node has no vGPU inventory"
 	}
-	s, ferr := engine.ScorePod(n, req)
+	s, ferr := placement.ScorePod(n, req)
 	if ferr == nil {
 		slot := l.scores[node]
 		slot.mu.Lock()
@@ -276,7 +276,7 @@ func (l *ledger) score(task vapi.TaskID, node string, req *engine.Request) (ferr
 
 // cachedScore returns the node's score for the task, reusing the predicate's when
 // the node has not changed since; ok is false when the task does not fit.
-func (l *ledger) cachedScore(task vapi.TaskID, node string, req *engine.Request) (float64, bool) {
+func (l *ledger) cachedScore(task vapi.TaskID, node string, req *placement.Request) (float64, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	n, ok := l.nodes[node]
@@ -291,12 +291,12 @@ func (l *ledger) cachedScore(task vapi.TaskID, node string, req *engine.Request)
 	if hit {
 		return s, true
 	}
-	s, ferr := engine.ScorePod(n, req)
+	s, ferr := placement.ScorePod(n, req)
 	return s, ferr == nil
 }
 
 // clone returns a copy of one node's cards to compute on, or nil without inventory.
-func (l *ledger) clone(node string) *engine.Node {
+func (l *ledger) clone(node string) *placement.Node {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if n, ok := l.nodes[node]; ok {
@@ -306,11 +306,11 @@ func (l *ledger) clone(node string) *engine.Node {
 }
 
 // usage returns a copy of one node's cards, for metrics and tests.
-func (l *ledger) usage(node string) []engine.CardState {
+func (l *ledger) usage(node string) []placement.CardState {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if n, ok := l.nodes[node]; ok {
-		return append([]engine.CardState(nil), n.Cards...)
+		return append([]placement.CardState(nil), n.Cards...)
 	}
 	return nil
 }
@@ -321,7 +321,7 @@ func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
 func (l *ledger) total() (demand, int64) { return l.capacity(false) }
 
 func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
-	l.eachSchedulableCard(func(c *engine.CardState) {
+	l.eachSchedulableCard(func(c *placement.CardState) {
 		if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
 			smallestMiB = c.MemoryMiB
 		}
@@ -340,7 +340,7 @@ func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
 
 // eachSchedulableCard calls fn for every card that can take vGPU tasks: healthy, not
 // MIG, on a node that is not cordoned.
-func (l *ledger) eachSchedulableCard(fn func(c *engine.CardState)) {
+func (l *ledger) eachSchedulableCard(fn func(c *placement.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, n := range l.nodes {
@@ -361,7 +361,7 @@ func (l *ledger) eachSchedulableCard(fn func(c *engine.CardState)) {
 func (l *ledger) cardTotals() (fairshare.Amount, int64) {
 	var total fairshare.Amount
 	var physical, cards int64
-	l.eachSchedulableCard(func(c *engine.CardState) {
+	l.eachSchedulableCard(func(c *placement.CardState) {
 		total.MemoryMiB += float64(c.CapacityMiB)
 		total.Cores += 100
 		physical += c.MemoryMiB
@@ -401,7 +401,7 @@ func (l *ledger) unusableSummary() string {
 
 // neverFits returns why a request fits no node even with every card idle, or "",
 // and the reason category for the pending metric.
-func (l *ledger) neverFits(r *engine.Request) (why, category string) {
+func (l *ledger) neverFits(r *placement.Request) (why, category string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	why, category = l.noCardsReason(), pendingNoInventory
@@ -412,9 +412,9 @@ func (l *ledger) neverFits(r *engine.Request) (why, category string) {
 	for name, n := range l.nodes {
 		idle := n.Clone()
 		for i := range idle.Cards {
-			idle.Cards[i].Used = engine.Usage{}
+			idle.Cards[i].Used = placement.Usage{}
 		}
-		_, ferr := engine.FitPod(idle, r)
+		_, ferr := placement.FitPod(idle, r)
 		if ferr == nil {
 			return "", ""
 		}

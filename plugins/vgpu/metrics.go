@@ -10,7 +10,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // metrics are the scheduler's Prometheus metrics, owned by its Scheduler and
@@ -78,7 +78,7 @@ func (m *metrics) timed(hook string, start time.Time) {
 	m.hooks[hook].Add(time.Since(start).Seconds())
 }
 
-// Pending reasons that are not an engine.Reason.
+// Pending reasons that are not an placement.Reason.
 const (
 	pendingInvalid     = "invalid request"
 	pendingNoInventory = "no usable vGPU inventory"
@@ -114,7 +114,7 @@ func (r *refusals) dominant() string {
 	return best
 }
 
-func refusalOf(ferr *engine.FitError) string { return string(ferr.Dominant()) }
+func refusalOf(ferr *placement.FitError) string { return string(ferr.Dominant()) }
 
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
@@ -122,7 +122,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueShare} {
 		v.Reset()
 	}
-	p.ledger.eachCard(func(name string, c *engine.CardState) {
+	p.ledger.eachCard(func(name string, c *placement.CardState) {
 		idx := strconv.Itoa(c.Index)
 		m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
 		m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))

@@ -6,14 +6,14 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // The node's vGPU tasks are walked again after the plugin saw one of them change
 // (touch) or the node's task count changed, and only then.
 func TestNodeTasksAreBuiltAgainWhenTheNodeChanges(t *testing.T) {
 	l := newLedger()
-	l.addNode(engine.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
+	l.addNode(placement.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
 	node := vapi.NewNodeInfo(gpuNode("n1", 2, "NVIDIA A100", 40960))
 	a := vapi.NewTaskInfo(holding("a", "n1", "GPU-n1-0", 100, 1))
 	b := vapi.NewTaskInfo(holding("b", "n1", "GPU-n1-1", 100, 1))

@@ -10,7 +10,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // buildLedger reads every node's cards and books what the pods on it hold.
@@ -30,7 +30,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		if inv == nil {
 			continue
 		}
-		n := engine.NewNode(name, inv, p.args.MemoryOversubscription)
+		n := placement.NewNode(name, inv, p.args.MemoryOversubscription)
 		if ni.Node.Spec.Unschedulable {
 			l.markCordoned(name)
 		}
@@ -45,7 +45,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 // accountTask books the cards a task on the node already holds: from its pod's
 // annotation, or from this scheduler's in-flight store when the informer has not
 // caught up yet.
-func (p *vgpuPlugin) accountTask(n *engine.Node, task *vapi.TaskInfo) {
+func (p *vgpuPlugin) accountTask(n *placement.Node, task *vapi.TaskInfo) {
 	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 		return
 	}

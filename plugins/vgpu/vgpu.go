@@ -16,7 +16,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/engine"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // PluginName is the name used in volcano-scheduler.conf.
@@ -49,7 +49,7 @@ type vgpuPlugin struct {
 // taskRequest caches a task's parsed demand for the session; err is the reason a
 // malformed request or annotation makes the task unschedulable.
 type taskRequest struct {
-	req *engine.Request
+	req *placement.Request
 	err error
 	// refused counts the reasons nodes gave this session, for the pending metric.
 	refused refusals
@@ -189,7 +189,7 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 // Request reads a pod's vGPU demand and options with these arguments' defaults,
 // exactly as the plugin's predicate sees it (without the gang size, which needs the
 // session). The CLI's explain command calls it.
-func (a Args) Request(pod *corev1.Pod) (*engine.Request, error) {
+func (a Args) Request(pod *corev1.Pod) (*placement.Request, error) {
 	cs, err := a.Resources.ContainerRequests(pod)
 	if err != nil {
 		return nil, err
@@ -198,7 +198,7 @@ func (a Args) Request(pod *corev1.Pod) (*engine.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &engine.Request{Containers: cs, Options: opts, CardPolicy: a.CardPolicy, NodePolicy: a.NodePolicy,
+	r := &placement.Request{Containers: cs, Options: opts, CardPolicy: a.CardPolicy, NodePolicy: a.NodePolicy,
 		TopologyWeight: a.TopologyWeight}
 	if opts.CardPolicy != "" {
 		r.CardPolicy = opts.CardPolicy

@@ -1,7 +1,8 @@
-// Package engine decides which cards of a node a pod's vGPU containers get. It is
-// pure: no Volcano or Kubernetes client imports, no clocks, no globals, so that the
-// scheduler plugin, the CLI's explain command and the tests all run the same maths.
-package engine
+// Package placement decides which cards of a node a pod's vGPU containers get. It is
+// pure: it imports only the contract (package api) and the standard library, has no
+// clocks and no globals, so that the scheduler plugin, the node agent's preferred
+// allocation, the CLI's explain command and the tests all run the same maths.
+package placement
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package engine
+package placement
 
 // The k-set search. For candidate cards F and a chosen set S ⊆ F of k cards the
 // objective is
