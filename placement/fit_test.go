@@ -161,7 +161,7 @@ func TestFitErrorSummaryIsShortAndCounted(t *testing.T) {
 		used(n, i, 39000, 0, 1)
 	}
 	_, err := FitPod(n, req(api.PolicyBinpack, api.ContainerRequest{Name: "train", Cards: 2, MemoryMiB: 2000}))
-	want := `vgpu: container "train" needs 2 cards, 0 of 4 fit (1 unhealthy, 3 insufficient memory)`
+	want := `container "train" needs 2 cards, 0 of 4 fit (1 unhealthy, 3 insufficient memory)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}

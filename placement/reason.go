@@ -90,16 +90,17 @@ func (e *FitError) Dominant() Reason {
 }
 
 // Error is the short, per-node summary that Volcano aggregates across nodes, e.g.
-// `vgpu: container "train" needs 2 cards, 1 of 8 fit (6 insufficient memory, 1 unhealthy)`.
+// `container "train" needs 2 cards, 1 of 8 fit (6 insufficient memory, 1 unhealthy)`.
+// A caller that reports it (the scheduler plugin, the CLI) adds its own prefix.
 func (e *FitError) Error() string {
 	if e.Cards == 0 {
-		return fmt.Sprintf("vgpu: container %q needs %d cards, node has no vGPU cards", e.Container, e.Wanted)
+		return fmt.Sprintf("container %q needs %d cards, node has no vGPU cards", e.Container, e.Wanted)
 	}
 	if e.NUMA != "" {
-		return fmt.Sprintf("vgpu: container %q needs %d cards on one NUMA node (%s=true), %d of %d fit but not on one node (%s)",
+		return fmt.Sprintf("container %q needs %d cards on one NUMA node (%s=true), %d of %d fit but not on one node (%s)",
 			e.Container, e.Wanted, api.AnnotationNUMABind, e.Fitting, e.Cards, e.NUMA)
 	}
-	return fmt.Sprintf("vgpu: container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+	return fmt.Sprintf("container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
 }
 
 // Detail lists every refused card with the limit that failed.

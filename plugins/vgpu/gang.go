@@ -62,7 +62,7 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	}
 	reqs, others, err := p.pendingVGPU(job)
 	if err != nil {
-		job.JobFitErrors = "vgpu: " + err.Error()
+		p.refuseGang(job, "vgpu: "+err.Error())
 		return util.Reject
 	}
 	if len(reqs) == 0 {
@@ -90,7 +90,7 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	if why == "" {
 		return util.Abstain
 	}
-	job.JobFitErrors = "vgpu: " + why
+	p.refuseGang(job, "vgpu: "+why)
 	klog.V(3).InfoS("vGPU job not enqueued", "job", klog.KRef(job.Namespace, job.Name), "reason", why)
 	return util.Reject
 }
@@ -140,7 +140,7 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 	}
 	reqs, others, err := p.pendingVGPU(job)
 	if err != nil {
-		return invalid(job, "InvalidVGPURequest", "vgpu: "+err.Error())
+		return p.invalid(job, "InvalidVGPURequest", "vgpu: "+err.Error())
 	}
 	if len(reqs) == 0 {
 		return nil
@@ -160,7 +160,7 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 		placeable++
 	}
 	if placeable < int(job.MinAvailable) {
-		return invalid(job, "VGPURequestTooLarge", fmt.Sprintf("vgpu: %d of %d members can run in this cluster, %d required: %s",
+		return p.invalid(job, "VGPURequestTooLarge", fmt.Sprintf("vgpu: %d of %d members can run in this cluster, %d required: %s",
 			placeable, len(job.Tasks), job.MinAvailable, firstWhy))
 	}
 	need := int(job.MinAvailable) - held - others
@@ -169,15 +169,15 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 	}
 	total, smallest := p.ledger.total()
 	if why := exceeds(reqs, need, total, smallest, "in the whole cluster"); why != "" {
-		return invalid(job, "VGPURequestTooLarge", "vgpu: the gang can never fit: "+why)
+		return p.invalid(job, "VGPURequestTooLarge", "vgpu: the gang can never fit: "+why)
 	}
 	return nil
 }
 
 // invalid records the reason where the gang plugin reports it on the PodGroup:
 // Volcano's allocate action drops a ValidateResult's message.
-func invalid(job *vapi.JobInfo, reason, msg string) *vapi.ValidateResult {
-	job.JobFitErrors = msg
+func (p *vgpuPlugin) invalid(job *vapi.JobInfo, reason, msg string) *vapi.ValidateResult {
+	p.refuseGang(job, msg)
 	klog.V(3).InfoS("vGPU job cannot run", "job", klog.KRef(job.Namespace, job.Name), "reason", msg)
 	return &vapi.ValidateResult{Pass: false, Reason: reason, Message: msg}
 }

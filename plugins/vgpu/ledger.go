@@ -214,7 +214,7 @@ func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *placement
 	if ferr == nil || why != "" {
 		return ferr, "", "", why
 	}
-	reason, kind = ferr.Error(), refusalOf(ferr)
+	reason, kind = refusal(ferr), refusalOf(ferr)
 	if ok {
 		slot.mu.Lock()
 		slot.shape, slot.version, slot.ferr, slot.reason, slot.kind = shape, version, ferr, reason, kind
@@ -420,7 +420,7 @@ func (l *ledger) neverFits(r *placement.Request) (why, category string) {
 		}
 		if t := ferr.Targeted(); t > best || t == best && name < bestNode {
 			best, bestNode = t, name
-			why, category = ferr.Error(), refusalOf(ferr)
+			why, category = refusal(ferr), refusalOf(ferr)
 		}
 	}
 	if len(l.unusable) > 0 && len(l.nodes) > 0 {

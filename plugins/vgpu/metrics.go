@@ -116,6 +116,23 @@ func (r *refusals) dominant() string {
 
 func refusalOf(ferr *placement.FitError) string { return string(ferr.Dominant()) }
 
+// refusal is a fit error as the plugin reports it, under the plugin's name like
+// every reason it gives.
+func refusal(ferr *placement.FitError) string { return PluginName + ": " + ferr.Error() }
+
+// refuseGang reports why the plugin keeps a job's gang back (on the PodGroup, where
+// the gang plugin shows it) and remembers the refusal for the pending metric.
+func (p *vgpuPlugin) refuseGang(job *vapi.JobInfo, msg string) {
+	job.JobFitErrors = msg
+	p.gangsRefused.Store(job.UID, true)
+}
+
+// refusedGang reports whether the plugin kept the job's gang back this session.
+func (p *vgpuPlugin) refusedGang(job vapi.JobID) bool {
+	_, ok := p.gangsRefused.Load(job)
+	return ok
+}
+
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	m := p.metrics
@@ -142,7 +159,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 			switch {
 			case tr.err != nil:
 				reason = pendingInvalid
-			case reason == pendingNotTried && len(job.JobFitErrors) > 5 && job.JobFitErrors[:5] == "vgpu:":
+			case reason == pendingNotTried && p.refusedGang(job.UID):
 				reason = pendingGang
 			}
 			m.pending.WithLabelValues(reason).Inc()

@@ -44,6 +44,9 @@ type vgpuPlugin struct {
 	bound map[vapi.TaskID]heldOnce
 	// pipelined are the session's pipelined vGPU tasks and the cards they expect.
 	pipelined *pipelines
+	// gangsRefused holds the jobs whose gang the plugin kept back this session (not
+	// enqueueable, or never able to run), for the pending metric.
+	gangsRefused sync.Map
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
