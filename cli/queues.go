@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tessera-gpu/tessera/plugins/fairshare"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // QueueSpec is what the CLI reads of a Volcano Queue: its weight and its card

@@ -10,7 +10,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
 	"github.com/tessera-gpu/tessera/placement"
-	"github.com/tessera-gpu/tessera/plugins/fairshare"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // Card-aware eviction for Volcano's preempt and reclaim actions. Volcano evicts by

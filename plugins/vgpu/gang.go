@@ -9,7 +9,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
 	"github.com/tessera-gpu/tessera/placement"
-	"github.com/tessera-gpu/tessera/plugins/fairshare"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // demand is a lower bound on what one task takes from the cluster's cards.

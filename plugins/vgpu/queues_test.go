@@ -18,7 +18,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/fairshare"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // contention builds two 4-card nodes (800 cores) and, per queue, one job of n tasks

@@ -17,7 +17,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/fairshare"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // TestSharesConvergeToWeightedMaxMin: under sustained contention, the shipped conf's
