@@ -30,7 +30,7 @@ test-go:
 # The node agent serves the kubelet and the API server concurrently; its tests run
 # under the race detector (Volcano-based packages would double the build for little).
 test-race:
-	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/... ./placement/...
+	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/... ./placement/... ./internal/...
 
 test-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi

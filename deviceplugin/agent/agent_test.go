@@ -18,8 +18,8 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
-	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {

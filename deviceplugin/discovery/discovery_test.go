@@ -9,7 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 func TestDiscover(t *testing.T) {

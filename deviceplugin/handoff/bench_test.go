@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 // reportPercentiles adds p50 and p99 of the per-operation durations to the benchmark.

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 // expect is what one container must get.

@@ -22,7 +22,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
-	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
+	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 )
 
 const node = "node-a"

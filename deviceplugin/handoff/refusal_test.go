@@ -12,8 +12,8 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
-	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 func TestAPodWithoutAUsableAssignmentIsRefusedAndOthersAreUnaffected(t *testing.T) {

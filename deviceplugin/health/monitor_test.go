@@ -10,7 +10,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 func setup(t *testing.T) (*nvmlfake.Machine, *cards.Registry, *Monitor) {

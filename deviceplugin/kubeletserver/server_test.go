@@ -13,8 +13,8 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
-	"github.com/tessera-gpu/tessera/deviceplugin/kubeletsim"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 type noHandler struct{}

@@ -29,7 +29,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/deviceplugin/agent"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
-	"github.com/tessera-gpu/tessera/deviceplugin/nvmlfake"
+	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
 func main() {
