@@ -10,12 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/plugins/sim"
+	"github.com/tessera-gpu/tessera/internal/sim"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
 // Explain must say what the scheduler says. Run Volcano's real scheduler with the
-// vgpu plugin (plugins/sim) until a job is left pending, then explain that job's pod
+// vgpu plugin (internal/sim) until a job is left pending, then explain that job's pod
 // against the nodes and bound pods the simulation produced: every per-node reason
 // the CLI gives must be one the scheduler reported for the job.
 func TestExplainAgreesWithTheSchedulerOnAPendingJob(t *testing.T) {

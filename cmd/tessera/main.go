@@ -22,7 +22,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/cli"
 	"github.com/tessera-gpu/tessera/cmd/tessera/internal/quietinit"
-	"github.com/tessera-gpu/tessera/plugins/sim"
+	"github.com/tessera-gpu/tessera/internal/sim"
 )
 
 func main() {

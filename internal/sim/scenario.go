@@ -1,8 +1,9 @@
 // Package sim runs Tessera's vgpu plugin inside Volcano's real scheduler framework on
 // a described cluster, without an API server: the nodes, queues and jobs of a
 // scenario go into Volcano's scheduler cache, real sessions run the enqueue and
-// allocate actions, and binds are fed back as an informer would. It backs the
-// `tessera simulate` command and the plugin's benchmarks.
+// allocate actions, and binds are fed back as an informer would. It is a test and
+// demo harness, not a plugin: it backs the `tessera simulate` command and tests that
+// need whole sessions.
 package sim
 
 import (
