@@ -75,7 +75,7 @@ const (
 	SourceHAMi    = "hami"
 )
 
-// nodeInventory reads a node's cards by the plugin's own rules (vgpu.NodeInventory)
+// nodeInventory reads a node's cards by the scheduler's own rules (api.ReadNodeInventory)
 // and says which annotation they came from. nil, "", nil: the node has no vGPU cards.
 func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*api.NodeInventory, string, error) {
 	source := ""
@@ -85,13 +85,13 @@ func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 	case node.Annotations[api.VolcanoNodeRegister] != "":
 		source = SourceHAMi
 	}
-	inv, err := vgpu.NodeInventory(node, now, heartbeatTimeout)
+	inv, err := api.ReadNodeInventory(node, now, heartbeatTimeout)
 	return inv, source, err
 }
 
 // podAssignment reads the cards a placed pod holds by the plugin's own rules.
 func podAssignment(pod *corev1.Pod) ([]api.ContainerAssignment, api.QoSClass, bool, error) {
-	return vgpu.PodCards(pod)
+	return api.ReadPodCards(pod)
 }
 
 // Queue is the Volcano queue of a pod, "" when it names none.

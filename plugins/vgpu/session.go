@@ -21,7 +21,7 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 		if ni.Node == nil {
 			continue
 		}
-		inv, err := p.dec.nodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
+		inv, err := p.dec.NodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
 			l.markUnusable(name, err.Error())
 			klog.V(4).InfoS("Node's vGPU inventory is unusable", "node", name, "err", err)
@@ -103,7 +103,7 @@ func (p *vgpuPlugin) boundCards(task *vapi.TaskInfo) (cs []api.ContainerAssignme
 			"boundTo", bound, "assignedOn", node)
 		return nil, "", false, nil
 	}
-	return p.dec.podCards(task.Pod)
+	return p.dec.PodCards(task.Pod)
 }
 
 // heldOnce is a bound task's holding as its annotations state it.
@@ -121,7 +121,7 @@ func (d *decoders) assignedNode(pod *corev1.Pod) (string, bool) {
 	if !found {
 		return "", false
 	}
-	a, err := d.assignment(s)
+	a, err := d.Assignment(s)
 	if err != nil {
 		return "", false
 	}

@@ -70,6 +70,10 @@ type Scheduler struct {
 	metrics *metrics
 }
 
+// decoders read inventories and assignments for one scheduler process, memoised
+// (package api's readers, with the plugin's own questions about bound pods).
+type decoders struct{ api.Decoders }
+
 // NewScheduler returns a Scheduler with nothing in flight whose metrics are
 // registered nowhere. Register its New as the plugin builder once per scheduler
 // process.
