@@ -7,6 +7,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY placement/ placement/
+COPY pluginargs/ pluginargs/
 COPY internal/ internal/
 COPY plugins/ plugins/
 COPY cli/ cli/

@@ -8,6 +8,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY placement/ placement/
+COPY pluginargs/ pluginargs/
 COPY plugins/ plugins/
 COPY cmd/vc-scheduler/ cmd/vc-scheduler/
 # Static binary: the scheduler needs no C library.

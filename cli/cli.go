@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tessera-gpu/tessera/plugins/vgpu"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // Usage is the command summary shared by `tessera` and `kubectl tessera`.
@@ -120,7 +120,7 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 		ns = "default"
 	}
 	args2, err := vgpuArgs(ctx, client, o)
-	var bad *BadArgsError
+	var bad *pluginargs.InvalidError
 	if errors.As(err, &bad) {
 		fmt.Fprintf(env.Stderr, "warning: %v (the scheduler uses the defaults for these too)\n", bad.Err)
 	} else if err != nil {
@@ -189,34 +189,27 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 // vgpuArgs reads the scheduler's vgpu arguments when the user points at its conf.
-func vgpuArgs(ctx context.Context, client kubernetes.Interface, o options) (vgpu.Args, error) {
+func vgpuArgs(ctx context.Context, client kubernetes.Interface, o options) (pluginargs.Args, error) {
 	var conf string
 	switch {
 	case o.conf != "":
 		b, err := os.ReadFile(o.conf)
 		if err != nil {
-			return vgpu.Args{}, err
+			return pluginargs.Args{}, err
 		}
 		conf = string(b)
 	case o.confMap != "":
 		ns, name, ok := strings.Cut(o.confMap, "/")
 		if !ok {
-			return vgpu.Args{}, fmt.Errorf("%w: --scheduler-configmap %q: want NAMESPACE/NAME", ErrUsage, o.confMap)
+			return pluginargs.Args{}, fmt.Errorf("%w: --scheduler-configmap %q: want NAMESPACE/NAME", ErrUsage, o.confMap)
 		}
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return vgpu.Args{}, fmt.Errorf("scheduler ConfigMap: %w", err)
+			return pluginargs.Args{}, fmt.Errorf("scheduler ConfigMap: %w", err)
 		}
 		conf = cm.Data["volcano-scheduler.conf"]
 	default:
-		return vgpu.DefaultArgs(), nil
+		return pluginargs.Defaults(), nil
 	}
-	return ArgsFromConf(conf)
+	return pluginargs.FromConf(conf)
 }
-
-// BadArgsError reports vgpu arguments the plugin refuses (the scheduler's own type).
-type BadArgsError = vgpu.BadArgsError
-
-// ArgsFromConf reads the vgpu plugin's arguments from a volcano-scheduler.conf exactly
-// as the scheduler does.
-func ArgsFromConf(conf string) (vgpu.Args, error) { return vgpu.ArgsFromConf(conf) }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 func run(t *testing.T, objs []runtime.Object, command string, args ...string) (string, string, error) {
@@ -209,11 +210,11 @@ tiers:
 	if err == nil {
 		t.Errorf("a missing ConfigMap is not an error")
 	}
-	if _, err := ArgsFromConf("tiers: [{plugins: [{name: gang}]}]"); err == nil {
+	if _, err := pluginargs.FromConf("tiers: [{plugins: [{name: gang}]}]"); err == nil {
 		t.Errorf("a conf without vgpu is accepted")
 	}
-	a, err := ArgsFromConf("tiers: [{plugins: [{name: vgpu, arguments: {vgpu.Weight: -3}}]}]")
-	var bad *BadArgsError
+	a, err := pluginargs.FromConf("tiers: [{plugins: [{name: vgpu, arguments: {vgpu.Weight: -3}}]}]")
+	var bad *pluginargs.InvalidError
 	if !errors.As(err, &bad) || a.Weight != 5 {
 		t.Errorf("a bad argument: err %v, weight %v (want the default 5, as the scheduler)", err, a.Weight)
 	}

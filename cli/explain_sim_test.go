@@ -11,7 +11,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/internal/sim"
-	"github.com/tessera-gpu/tessera/plugins/vgpu"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // Explain must say what the scheduler says. Run Volcano's real scheduler with the
@@ -43,7 +43,7 @@ jobs:
 	if !pending || len(res.Bound) != 2 || !strings.Contains(schedReason, "fill-1:") {
 		t.Fatalf("scenario did not leave fill-1 pending: pending %v, bound %d", res.Pending, len(res.Bound))
 	}
-	snap := &Snapshot{Args: vgpu.DefaultArgs(), Now: time.Now()}
+	snap := &Snapshot{Args: pluginargs.Defaults(), Now: time.Now()}
 	for _, n := range res.Nodes {
 		snap.Nodes = append(snap.Nodes, *n)
 	}

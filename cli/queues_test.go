@@ -10,7 +10,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
-	"github.com/tessera-gpu/tessera/plugins/vgpu"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // TestExplainModelsTheQueueShare: queue prod (weight 3) holds all eight cards of two
@@ -19,7 +19,7 @@ import (
 // research is below its share and prod's eight pods are what reclaim may evict for it.
 func TestExplainModelsTheQueueShare(t *testing.T) {
 	var pods []corev1.Pod
-	snap := &Snapshot{Args: vgpu.DefaultArgs(), Now: now,
+	snap := &Snapshot{Args: pluginargs.Defaults(), Now: now,
 		Queues: []QueueSpec{{Name: "prod", Weight: 3, Capability: fairshare.Unlimited}, {Name: "research", Weight: 1, Capability: fairshare.Unlimited}}}
 	for _, n := range []string{"gpu-a", "gpu-b"} {
 		var cards []api.Card

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
-	"github.com/tessera-gpu/tessera/plugins/vgpu"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // QueueKey is the annotation (and label) Volcano's job controller puts on every pod
@@ -26,7 +26,7 @@ const QueueKey = "volcano.sh/queue-name"
 // Snapshot is the cluster as the CLI read it: nodes, the pods bound to them, and
 // the vgpu plugin's arguments that shape the view.
 type Snapshot struct {
-	Args  vgpu.Args
+	Args  pluginargs.Args
 	Now   time.Time
 	Nodes []corev1.Node
 	// Pods are the non-terminated pods of every namespace.
@@ -36,8 +36,8 @@ type Snapshot struct {
 }
 
 // Load reads nodes and pods through client. args are the scheduler's vgpu
-// arguments (vgpu.DefaultArgs unless the user points at the scheduler's conf).
-func Load(ctx context.Context, client kubernetes.Interface, args vgpu.Args, now time.Time) (*Snapshot, error) {
+// arguments (pluginargs.Defaults unless the user points at the scheduler's conf).
+func Load(ctx context.Context, client kubernetes.Interface, args pluginargs.Args, now time.Time) (*Snapshot, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

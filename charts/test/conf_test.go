@@ -14,7 +14,7 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/plugins"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/cli"
+	"github.com/tessera-gpu/tessera/pluginargs"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
@@ -43,7 +43,7 @@ func schedulerConf(t *testing.T, r *Rendered) []conf.Tier {
 
 // vgpuArgs finds the vgpu plugin, checks it is enabled and deviceshare does not
 // share vGPUs, and returns its parsed arguments.
-func vgpuArgs(t *testing.T, tiers []conf.Tier) vgpu.Args {
+func vgpuArgs(t *testing.T, tiers []conf.Tier) pluginargs.Args {
 	t.Helper()
 	var found *conf.PluginOption
 	for ti := range tiers {
@@ -70,7 +70,7 @@ func vgpuArgs(t *testing.T, tiers []conf.Tier) vgpu.Args {
 			t.Errorf("a vgpu hook is disabled: %+v", found)
 		}
 	}
-	args, err := vgpu.ParseArgs(found.Arguments)
+	args, err := pluginargs.Parse(found.Arguments)
 	if err != nil {
 		t.Errorf("the vgpu plugin rejects its rendered arguments: %v", err)
 	}
@@ -80,7 +80,7 @@ func vgpuArgs(t *testing.T, tiers []conf.Tier) vgpu.Args {
 func TestDefaultConfEnablesVGPUWithItsDefaults(t *testing.T) {
 	tiers := schedulerConf(t, MustRender(t, ""))
 	got := vgpuArgs(t, tiers)
-	want := vgpu.DefaultArgs()
+	want := pluginargs.Defaults()
 	if got.NodePolicy != want.NodePolicy || got.CardPolicy != want.CardPolicy || got.Weight != want.Weight ||
 		got.TopologyWeight != want.TopologyWeight || got.MemoryOversubscription != want.MemoryOversubscription ||
 		got.HeartbeatTimeout != want.HeartbeatTimeout || got.PendingTTL != want.PendingTTL ||
@@ -131,7 +131,7 @@ func TestTheCLIReadsTheChartsConfLikeTheScheduler(t *testing.T) {
 		want := vgpuArgs(t, schedulerConf(t, r))
 		var cm corev1.ConfigMap
 		r.Get(t, "ConfigMap", "gpu-tessera-scheduler-conf", &cm)
-		got, err := cli.ArgsFromConf(cm.Data["volcano-scheduler.conf"])
+		got, err := pluginargs.FromConf(cm.Data["volcano-scheduler.conf"])
 		if err != nil {
 			t.Errorf("%q: the CLI rejects the chart's conf: %v", values, err)
 		}

@@ -26,6 +26,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 const (
@@ -104,9 +105,9 @@ func benchTiers(mode string) []conf.Tier {
 	case "tessera":
 		opts = append(opts, conf.PluginOption{Name: PluginName})
 	case "tessera-noqueueshare":
-		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{argQueueShare: false}})
+		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{pluginargs.KeyQueueShare: false}})
 	case "tessera-spread":
-		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{argNodePolicy: "spread"}})
+		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{pluginargs.KeyNodePolicy: "spread"}})
 	}
 	for i := range opts {
 		plugins.ApplyPluginConfDefaults(&opts[i])

@@ -14,6 +14,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 func TestNodeInventoryProblemsAreNamedInTheReason(t *testing.T) {
@@ -54,7 +55,7 @@ func TestHAMiRegisteredNodeIsScheduledAndCompatAnnotationsWritten(t *testing.T) 
 		Pods:      []*corev1.Pod{vgpuPod("p", "pg", 1, 8000, 40, nil)},
 		Queues:    queues(),
 	}
-	ssn, _ := session(t, utc, true, framework.Arguments{argVolcanoCompat: true})
+	ssn, _ := session(t, utc, true, framework.Arguments{pluginargs.KeyVolcanoCompat: true})
 	a := taskAssignments(t, ssn)["p"]
 	if a == nil || a.Containers[0].Cards[0].UUID != "GPU-h0" {
 		t.Fatalf("assignment %+v, want the healthy card GPU-h0", a)
@@ -87,7 +88,7 @@ func TestExampleSchedulerConfLoadsAndItsArgumentsAreValid(t *testing.T) {
 			switch p.Name {
 			case PluginName:
 				found = true
-				if _, err := ParseArgs(p.Arguments); err != nil {
+				if _, err := pluginargs.Parse(p.Arguments); err != nil {
 					t.Fatalf("example arguments rejected: %v", err)
 				}
 				if len(p.Arguments) < 5 {

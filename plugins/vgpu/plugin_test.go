@@ -15,6 +15,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // session runs one scheduling cycle and returns the session (still open) and the
@@ -243,7 +244,7 @@ func TestNodePolicyChangesPlacement(t *testing.T) {
 				Pods:      []*corev1.Pod{running.DeepCopy(), vgpuPod("new", "pg", 1, 10000, 25, nil)},
 				Queues:    queues(),
 			}
-			ssn, _ := session(t, utc, true, framework.Arguments{argNodePolicy: policy})
+			ssn, _ := session(t, utc, true, framework.Arguments{pluginargs.KeyNodePolicy: policy})
 			if a := taskAssignments(t, ssn)["new"]; a == nil || a.Node != want {
 				t.Fatalf("placed on %+v, want node %s", a, want)
 			}

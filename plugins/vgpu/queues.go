@@ -13,6 +13,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // queueShares is one session's division of the cluster's card memory and compute
@@ -109,7 +110,7 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 	return s
 }
 
-func (s *queueShares) queue(q *vapi.QueueInfo, args Args) *queueShare {
+func (s *queueShares) queue(q *vapi.QueueInfo, args pluginargs.Args) *queueShare {
 	if qs, ok := s.queues[q.UID]; ok {
 		return qs
 	}

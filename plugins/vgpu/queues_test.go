@@ -19,6 +19,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // contention builds two 4-card nodes (800 cores) and, per queue, one job of n tasks
@@ -97,7 +98,7 @@ func TestQueueGuaranteeHoldsAboveItsWeight(t *testing.T) {
 // between queues it deems equally satisfied.
 func TestQueueWeightsWithoutTesseraShare(t *testing.T) {
 	tc := contention(32, util.BuildQueue("heavy", 3, nil), util.BuildQueue("light", 1, nil))
-	ssn, _ := session(t, tc, true, framework.Arguments{argQueueShare: false})
+	ssn, _ := session(t, tc, true, framework.Arguments{pluginargs.KeyQueueShare: false})
 	got := placedPerQueue(t, ssn)
 	if got["heavy"]+got["light"] != 32 || got["heavy"] == 24 {
 		t.Errorf("without the queue share placed %v; the control expects all 32 slots used and not the 24:8 split", got)
@@ -164,7 +165,7 @@ func TestQueueSharesBookkeeping(t *testing.T) {
 	s := newQueueShares(fairshare.Amount{MemoryMiB: 327680, Cores: 800}, 40960)
 	for i, w := range []int32{3, 1, 2} {
 		q := &vapi.QueueInfo{UID: vapi.QueueID(fmt.Sprint("q", i)), Name: fmt.Sprint("q", i), Weight: w}
-		s.queue(q, DefaultArgs()).request = fairshare.Amount{MemoryMiB: float64(r.Intn(400000)), Cores: float64(r.Intn(1200))}
+		s.queue(q, pluginargs.Defaults()).request = fairshare.Amount{MemoryMiB: float64(r.Intn(400000)), Cores: float64(r.Intn(1200))}
 	}
 	s.divide()
 	placed := map[vapi.TaskID]bool{}

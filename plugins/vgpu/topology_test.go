@@ -11,6 +11,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // linkedNode is gpuNode with a link matrix: link(i, j) for i < j.
@@ -86,7 +87,7 @@ func TestMultiCardGangsLandOnTheNVLinkCompleteNode(t *testing.T) {
 		{"a gang of two 4-card pods goes to the NVSwitch node", 2, 4, nil},
 		{"a gang of four 2-card pods goes to the NVSwitch node", 4, 2, nil},
 		{"a gang of eight 1-card pods gathers on the NVSwitch node", 8, 1, nil},
-		{"the topology node policy alone sends an 8-card pod there", 1, 8, framework.Arguments{argNodePolicy: "topology", argTopologyWeight: 0}},
+		{"the topology node policy alone sends an 8-card pod there", 1, 8, framework.Arguments{pluginargs.KeyNodePolicy: "topology", pluginargs.KeyTopologyWeight: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var pods []*corev1.Pod
@@ -123,7 +124,7 @@ func TestTopologyWeightZeroIsLinkBlindForNodes(t *testing.T) {
 		Pods:      []*corev1.Pod{runningOn("old", "pcie", api.QoSFixedShare, "GPU-pcie-7"), vgpuPod("new", "pg", 2, 81920, 100, nil)},
 		Queues:    queues(),
 	}
-	ssn, _ := session(t, utc, true, framework.Arguments{argTopologyWeight: 0})
+	ssn, _ := session(t, utc, true, framework.Arguments{pluginargs.KeyTopologyWeight: 0})
 	if a := taskAssignments(t, ssn)["new"]; a == nil || a.Node != "pcie" {
 		t.Fatalf("placed on %+v, want the busier pcie node", a)
 	}

@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // PluginName is the name used in volcano-scheduler.conf.
-const PluginName = "vgpu"
+const PluginName = pluginargs.Plugin
 
 type vgpuPlugin struct {
-	args   Args
+	args   pluginargs.Args
 	ledger *ledger
 	// shares is nil when vgpu.QueueShare is off.
 	shares  *queueShares
@@ -68,6 +68,7 @@ type Scheduler struct {
 	store   *pendingStore
 	dec     *decoders
 	metrics *metrics
+	args    argsMemo
 }
 
 // decoders read inventories and assignments for one scheduler process, memoised
@@ -93,10 +94,7 @@ func newScheduler(reg prometheus.Registerer) *Scheduler {
 
 // New builds the plugin for one session; it is a framework.PluginBuilder.
 func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
-	args, err := ParseArgs(arguments)
-	if err != nil {
-		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
-	}
+	args := s.args.parse(arguments)
 	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, now: time.Now,
 		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: newPipelines()}
@@ -193,30 +191,31 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 	return &taskRequest{req: r, key: fmt.Sprintf("%+v", *r)}
 }
 
-// Request reads a pod's vGPU demand and options with these arguments' defaults,
-// exactly as the plugin's predicate sees it (without the gang size, which needs the
-// session). The CLI's explain command calls it.
-func (a Args) Request(pod *corev1.Pod) (*placement.Request, error) {
-	cs, err := a.Resources.ContainerRequests(pod)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := api.ParsePodOptions(pod.Annotations)
-	if err != nil {
-		return nil, err
-	}
-	r := &placement.Request{Containers: cs, Options: opts, CardPolicy: a.CardPolicy, NodePolicy: a.NodePolicy,
-		TopologyWeight: a.TopologyWeight}
-	if opts.CardPolicy != "" {
-		r.CardPolicy = opts.CardPolicy
-	}
-	if opts.NodePolicy != "" {
-		r.NodePolicy = opts.NodePolicy
-	}
-	return r, nil
-}
-
 func init() {
 	// The scheduler process's one Scheduler lives in Volcano's builder registry.
 	framework.RegisterPluginBuilder(PluginName, NewSchedulerWithMetrics(prometheus.DefaultRegisterer).New)
+}
+
+// argsMemo parses the plugin's arguments, which Volcano hands to every session's
+// builder, and reports them (and any it refuses) once per change, not every session.
+type argsMemo struct {
+	mu   sync.Mutex
+	seen string
+	args pluginargs.Args
+}
+
+func (m *argsMemo) parse(in framework.Arguments) pluginargs.Args {
+	written := fmt.Sprint(map[string]any(in))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == written {
+		return m.args
+	}
+	args, err := pluginargs.Parse(in)
+	if err != nil {
+		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "plugin", PluginName)
+	}
+	klog.V(2).InfoS("vgpu plugin arguments", "plugin", PluginName, "args", fmt.Sprintf("%+v", args))
+	m.seen, m.args = written, args
+	return args
 }

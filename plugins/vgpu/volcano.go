@@ -7,10 +7,10 @@ import (
 	"slices"
 
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // How Volcano's own resource accounting sees the vGPU resources (a deliberate split):
@@ -70,13 +70,13 @@ func PrepareVolcano(confPath string) error {
 	if err != nil {
 		return fmt.Errorf("scheduler conf: %w", err)
 	}
-	args, err := ArgsFromConf(string(b))
-	var bad *BadArgsError
+	args, err := pluginargs.FromConf(string(b))
+	var bad *pluginargs.InvalidError
 	switch {
 	case err == nil:
 	case errors.As(err, &bad):
 		klog.ErrorS(err, "Bad vgpu plugin arguments; using defaults for those", "conf", confPath)
-	case errors.Is(err, errNotEnabled):
+	case errors.Is(err, pluginargs.ErrNotEnabled):
 		klog.InfoS("The scheduler conf does not enable the vgpu plugin; vGPU resources keep their default names", "conf", confPath)
 		return nil
 	default:
@@ -86,44 +86,4 @@ func PrepareVolcano(confPath string) error {
 		klog.InfoS("Volcano leaves these vGPU resources to Tessera", "resources", added)
 	}
 	return nil
-}
-
-// BadArgsError reports vgpu arguments the plugin refuses; the Args returned with it
-// hold the defaults for those, as the scheduler does.
-type BadArgsError struct{ Err error }
-
-func (e *BadArgsError) Error() string { return "volcano-scheduler.conf: " + e.Err.Error() }
-
-func (e *BadArgsError) Unwrap() error { return e.Err }
-
-var errNotEnabled = fmt.Errorf("volcano-scheduler.conf does not enable the %s plugin", PluginName)
-
-// ArgsFromConf finds the vgpu plugin in a volcano-scheduler.conf and parses its
-// arguments with the plugin's own parser (a *BadArgsError names the arguments it
-// refused; the Args are still usable). A conf without the plugin is an error: the
-// scheduler it describes would not place vGPU pods at all.
-func ArgsFromConf(conf string) (Args, error) {
-	var c struct {
-		Tiers []struct {
-			Plugins []struct {
-				Name      string         `json:"name"`
-				Arguments map[string]any `json:"arguments"`
-			} `json:"plugins"`
-		} `json:"tiers"`
-	}
-	if err := yaml.Unmarshal([]byte(conf), &c); err != nil {
-		return Args{}, fmt.Errorf("volcano-scheduler.conf: %w", err)
-	}
-	for _, t := range c.Tiers {
-		for _, p := range t.Plugins {
-			if p.Name == PluginName {
-				a, err := ParseArgs(p.Arguments)
-				if err != nil {
-					return a, &BadArgsError{Err: err}
-				}
-				return a, nil
-			}
-		}
-	}
-	return Args{}, errNotEnabled
 }
