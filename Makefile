@@ -69,7 +69,7 @@ lint:
 
 ## simulate: Tessera's plugin inside Volcano's real scheduler on the embedded default cluster (no API server).
 simulate:
-	$(GO) run ./cmd/tessera simulate $(SIMFLAGS)
+	$(GO) run ./cmd/tessera-simulate $(SIMFLAGS)
 
 bench: bench-go bench-vgpu-core
 

@@ -12,9 +12,13 @@ COPY internal/ internal/
 COPY plugins/ plugins/
 COPY cli/ cli/
 COPY cmd/tessera/ cmd/tessera/
+COPY cmd/tessera-simulate/ cmd/tessera-simulate/
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera ./cmd/tessera
+# `tessera simulate` runs tessera-simulate from beside it (it links Volcano's scheduler; tessera does not).
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera-simulate ./cmd/tessera-simulate
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tessera /usr/bin/tessera
 COPY --from=build /out/tessera /usr/bin/kubectl-tessera
+COPY --from=build /out/tessera-simulate /usr/bin/tessera-simulate
 ENTRYPOINT ["/usr/bin/tessera"]

@@ -59,3 +59,19 @@ func TestExitCodesAndAQuietStart(t *testing.T) {
 		}
 	}
 }
+
+func TestSimulateRunsTheSimulatorFromPath(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho \"simulated $*\" >&2\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(dir, "tessera-simulate"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stderr, code := runMain(t, "simulate -o json", "PATH="+dir)
+	if code != 3 || !strings.Contains(stderr, "simulated -o json") {
+		t.Errorf("tessera simulate: exit %d, want the simulator's 3; stderr %q", code, stderr)
+	}
+	stderr, code = runMain(t, "simulate", "PATH="+t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "tessera-simulate") {
+		t.Errorf("tessera simulate without the simulator: exit %d, want 1 naming tessera-simulate; stderr %q", code, stderr)
+	}
+}
