@@ -12,12 +12,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
-	"github.com/tessera-gpu/tessera/deviceplugin/health"
 )
 
 // Version is the config file version this build reads.
 const Version = "v1"
+
+// Preload modes: how the hook library gets into every process of a container.
+const (
+	// PreloadFile mounts an ld.so.preload naming the library over /etc/ld.so.preload.
+	// It survives entrypoints that clear the environment; it is the default.
+	PreloadFile = "ld-so-preload"
+	// PreloadEnv sets LD_PRELOAD, for images that ship their own /etc/ld.so.preload.
+	PreloadEnv = "env"
+)
+
+// DefaultFatalXIDs are the XIDs that mean the card needs a reset or has failed. XIDs
+// that an application causes (13, 31, 43, 45, 68, ...) are not in the list.
+var DefaultFatalXIDs = []uint64{48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}
 
 // ErrInvalid is wrapped by every configuration error.
 var ErrInvalid = errors.New("invalid configuration")
@@ -65,7 +76,7 @@ func Default() *Config {
 		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		StateDir:           "/var/lib/tessera",
 		HookLibrary:        "/usr/local/tessera/lib/libvgpu.so",
-		Preload:            handoff.PreloadFile,
+		Preload:            PreloadFile,
 		ContainerDir:       "/var/run/tessera",
 		VGPULogLevel:       "warn",
 		HeartbeatInterval:  d(30 * time.Second),
@@ -74,7 +85,7 @@ func Default() *Config {
 		GCInterval:         d(time.Minute),
 		GCGracePeriod:      d(10 * time.Minute),
 		Health: Health{CheckInterval: d(30 * time.Second), RecoverAfter: d(5 * time.Minute),
-			FatalXIDs: append([]uint64(nil), health.DefaultFatalXIDs...)},
+			FatalXIDs: append([]uint64(nil), DefaultFatalXIDs...)},
 	}
 }
 
@@ -105,8 +116,8 @@ func (c *Config) Validate() error {
 	if c.PluginSocket == "" || filepath.Base(c.PluginSocket) != c.PluginSocket {
 		bad("pluginSocket", "%q must be a file name inside devicePluginDir", c.PluginSocket)
 	}
-	if c.Preload != handoff.PreloadFile && c.Preload != handoff.PreloadEnv {
-		bad("preload", "%q, want %s or %s", c.Preload, handoff.PreloadFile, handoff.PreloadEnv)
+	if c.Preload != PreloadFile && c.Preload != PreloadEnv {
+		bad("preload", "%q, want %s or %s", c.Preload, PreloadFile, PreloadEnv)
 	}
 	switch c.VGPULogLevel {
 	case "error", "warn", "info", "debug":

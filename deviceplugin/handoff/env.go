@@ -9,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
 )
 
 // LimitsFileName is the limits file inside the container directory.
@@ -17,20 +18,11 @@ const LimitsFileName = "limits.env"
 // RegionFileName is the shared accounting region inside the container directory.
 const RegionFileName = "region"
 
-// Preload modes: how the hook library gets into every process of the container.
-const (
-	// PreloadFile mounts an ld.so.preload naming the library over /etc/ld.so.preload.
-	// It survives entrypoints that clear the environment; it is the default.
-	PreloadFile = "ld-so-preload"
-	// PreloadEnv sets LD_PRELOAD, for images that ship their own /etc/ld.so.preload.
-	PreloadEnv = "env"
-)
-
 // Container is what every container gets, whatever its cards.
 type Container struct {
 	// HookLibrary is the host path of libvgpu.so; it is mounted read-only at the same path.
 	HookLibrary string
-	// PreloadHostFile is the host file holding the library path, for PreloadFile.
+	// PreloadHostFile is the host file holding the library path, for config.PreloadFile.
 	PreloadHostFile string
 	Preload         string
 	// Dir is where the per-container directory is mounted in the container.
@@ -95,7 +87,7 @@ func (c *Container) Response(rec *Record, hostDir string) *pluginapi.ContainerAl
 		{ContainerPath: c.Dir, HostPath: hostDir, ReadOnly: false},
 	}
 	switch c.Preload {
-	case PreloadEnv:
+	case config.PreloadEnv:
 		env["LD_PRELOAD"] = c.HookLibrary
 	default:
 		mounts = append(mounts, &pluginapi.Mount{ContainerPath: "/etc/ld.so.preload", HostPath: c.PreloadHostFile, ReadOnly: true})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
@@ -88,7 +89,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	cfg := handoff.Config{Node: node, Resource: api.ResourceNumber, Names: api.DefaultResourceNames(),
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
 		Container: handoff.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
-			Preload: handoff.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
+			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
 	hd := handoff.New(cfg, reg, pods, prc, &handoff.Store{Root: h.root},
 		&handoff.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: h.sockDir, SocketName: "tessera.sock",

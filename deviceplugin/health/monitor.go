@@ -15,10 +15,6 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 )
 
-// DefaultFatalXIDs are the XIDs that mean the card needs a reset or has failed. XIDs
-// that an application causes (13, 31, 43, 45, 68, ...) are not in the list.
-var DefaultFatalXIDs = []uint64{48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}
-
 // Options tune the monitor.
 type Options struct {
 	FatalXIDs []uint64

@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
@@ -25,7 +26,7 @@ func setup(t *testing.T) (*nvmlfake.Machine, *cards.Registry, *Monitor) {
 		devs[d.Card.UUID] = d.Handle
 	}
 	reg := cards.NewRegistry(res.Cards(), res.Links)
-	mon := New(m, devs, reg, Options{FatalXIDs: DefaultFatalXIDs, CheckInterval: 10 * time.Millisecond,
+	mon := New(m, devs, reg, Options{FatalXIDs: config.DefaultFatalXIDs, CheckInterval: 10 * time.Millisecond,
 		RecoverAfter: 150 * time.Millisecond, EventWait: 10 * time.Millisecond})
 	return m, reg, mon
 }
