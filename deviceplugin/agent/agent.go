@@ -30,6 +30,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 // Deps are the agent's connections to the outside.
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return err
 	}
 	defer prc.Close()
-	store := &handoff.Store{Root: cfg.StateDir}
+	store := &records.Store{Root: cfg.StateDir}
 	promReg := prometheus.NewRegistry()
 	m := metrics.New(promReg, metrics.Sources{Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),

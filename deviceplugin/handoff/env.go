@@ -10,13 +10,8 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
-
-// LimitsFileName is the limits file inside the container directory.
-const LimitsFileName = "limits.env"
-
-// RegionFileName is the shared accounting region inside the container directory.
-const RegionFileName = "region"
 
 // Container is what every container gets, whatever its cards.
 type Container struct {
@@ -31,7 +26,7 @@ type Container struct {
 }
 
 // limitValues are the vgpu-core keys of one container, in the order they are written.
-func (c *Container) limitValues(rec *Record) [][2]string {
+func (c *Container) limitValues(rec *records.Record) [][2]string {
 	uuids := make([]string, len(rec.Cards))
 	mem := make([]string, len(rec.Cards))
 	sm := make([]string, len(rec.Cards))
@@ -45,7 +40,7 @@ func (c *Container) limitValues(rec *Record) [][2]string {
 		{api.EnvMemoryLimitMiB, strings.Join(mem, ",")},
 		{api.EnvSMLimit, strings.Join(sm, ",")},
 		{api.EnvQoS, string(rec.QoS)},
-		{api.EnvSharedRegion, path.Join(c.Dir, RegionFileName)},
+		{api.EnvSharedRegion, path.Join(c.Dir, records.RegionFileName)},
 		{api.EnvLogLevel, c.LogLevel},
 	}
 }
@@ -60,7 +55,7 @@ func SMLimit(cores int) int {
 }
 
 // LimitsFile renders the KEY=VALUE file vgpu-core reads over its environment.
-func (c *Container) LimitsFile(rec *Record) string {
+func (c *Container) LimitsFile(rec *records.Record) string {
 	var b strings.Builder
 	b.WriteString("version=1\n")
 	for _, kv := range c.limitValues(rec) {
@@ -71,12 +66,12 @@ func (c *Container) LimitsFile(rec *Record) string {
 
 // Response is the kubelet's answer for one container: visible cards, the vgpu-core
 // environment, the hook library and the container's own directory.
-func (c *Container) Response(rec *Record, hostDir string) *pluginapi.ContainerAllocateResponse {
+func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.ContainerAllocateResponse {
 	env := map[string]string{
 		"NVIDIA_VISIBLE_DEVICES": "",
 		// Cards are listed in PCI bus order; this makes CUDA ordinals follow it too.
 		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-		api.EnvLimitsFile:   path.Join(c.Dir, LimitsFileName),
+		api.EnvLimitsFile:   path.Join(c.Dir, records.LimitsFileName),
 	}
 	for _, kv := range c.limitValues(rec) {
 		env[kv[0]] = kv[1]

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 // Maintainer finishes interrupted handoffs and removes the directories of pods that
@@ -102,7 +104,7 @@ func (m *Maintainer) kubeletNames(ctx context.Context) (map[string]bool, error) 
 
 // kubeletKeeps reports whether the kubelet still tracks a pod of that name; the API
 // omits UIDs, so a namesake keeps the directory too, which errs on the safe side.
-func kubeletKeeps(rs []*Record, tracked map[string]bool) bool {
+func kubeletKeeps(rs []*records.Record, tracked map[string]bool) bool {
 	for _, r := range rs {
 		if tracked[r.Namespace+"/"+r.Pod] {
 			return true

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 // Config is the part of the agent's configuration the handoff needs.
@@ -43,7 +44,7 @@ type Handoff struct {
 	cards    *cards.Registry
 	pods     PodLookup
 	kubelet  KubeletPods
-	store    *Store
+	store    *records.Store
 	marker   Marker
 	observer Observer
 	now      func() time.Time
@@ -53,7 +54,7 @@ type Handoff struct {
 }
 
 // New builds a Handoff; observer may be nil.
-func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, store *Store, marker Marker, observer Observer) *Handoff {
+func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, store *records.Store, marker Marker, observer Observer) *Handoff {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
@@ -220,7 +221,7 @@ func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[str
 	if err != nil {
 		return nil, "", err
 	}
-	rec := &Record{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: string(c.pod.UID), Container: c.c.Name,
+	rec := &records.Record{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: string(c.pod.UID), Container: c.c.Name,
 		SlotIDs: append([]string(nil), ids...), Cards: h.indexOrder(c.c.Cards), QoS: c.asg.QoS, Allocated: h.now()}
 	if err := h.store.Prepare(rec, h.cfg.Container.LimitsFile(rec)); err != nil {
 		return nil, "", err

@@ -23,6 +23,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 )
 
@@ -90,7 +91,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
 		Container: handoff.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
 			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
-	hd := handoff.New(cfg, reg, pods, prc, &handoff.Store{Root: h.root},
+	hd := handoff.New(cfg, reg, pods, prc, &records.Store{Root: h.root},
 		&handoff.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: h.sockDir, SocketName: "tessera.sock",
 		Resource: api.ResourceNumber, WatchInterval: 20 * time.Millisecond}, reg, hd)
@@ -182,7 +183,7 @@ func (h *harness) waitHandoff(p *corev1.Pod, want string) map[string]string {
 
 func (h *harness) limitsFile(p *corev1.Pod, container string) string {
 	h.t.Helper()
-	b, err := os.ReadFile(filepath.Join(h.root, "pods", string(p.UID), container, handoff.LimitsFileName))
+	b, err := os.ReadFile(filepath.Join(h.root, "pods", string(p.UID), container, records.LimitsFileName))
 	if err != nil {
 		h.t.Fatalf("limits file of %s/%s: %v", p.Name, container, err)
 	}

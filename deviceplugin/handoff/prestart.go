@@ -13,6 +13,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 // PreStart runs just before the kubelet starts a container (and again on each restart
@@ -85,7 +86,7 @@ func (h *Handoff) owner(ctx context.Context, ids []string) (string, string, stri
 
 // verify checks the kubelet's slots against Allocate's record and the assignment, and
 // returns the record with the assignment's current limits.
-func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []apiCard) (*Record, error) {
+func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []apiCard) (*records.Record, error) {
 	rec, err := h.store.ReadRecord(string(pod.UID), container)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: Allocate prepared no directory for this container; it served another container with slots %s", ErrMismatch, strings.Join(ids, ","))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 const namespace = "tessera"
@@ -29,7 +30,7 @@ type Metrics struct {
 // Sources are read on every scrape.
 type Sources struct {
 	Cards *cards.Registry
-	Store *handoff.Store
+	Store *records.Store
 	Pods  handoff.PodLookup
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
-	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 type livePods map[types.UID]bool
@@ -28,8 +28,8 @@ func TestMetricsReportCardsAndTheContainersOfLivePodsOnly(t *testing.T) {
 		{UUID: "GPU-b", Index: 1, Model: "L4", MemoryMiB: 23034, NUMA: 0, Shares: 4, Healthy: true},
 	}, nil)
 	reg.SetHealth("GPU-b", false, "test")
-	store := &handoff.Store{Root: t.TempDir()}
-	for _, r := range []handoff.Record{
+	store := &records.Store{Root: t.TempDir()}
+	for _, r := range []records.Record{
 		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0"},
 			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 3000, Cores: 30}}, QoS: api.QoSFixedShare},
 		{Namespace: "ns", Pod: "gone", UID: "u2", Container: "c", SlotIDs: []string{"GPU-a::1"},

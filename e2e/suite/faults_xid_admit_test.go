@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
 // A card of gpu-c reports XID 79 while a pod bound to it is in the middle of its
@@ -255,12 +255,12 @@ func checkXIDRound(t *testing.T, round int, card string, xid, seen time.Time, vi
 }
 
 // allocation reads the agent's record of the Allocate that served the pod's container.
-func allocation(p corev1.Pod) (*handoff.Record, error) {
-	s := &handoff.Store{Root: filepath.Join(cl.NodeDir(p.Spec.NodeName), "state")}
+func allocation(p corev1.Pod) (*records.Record, error) {
+	s := &records.Store{Root: filepath.Join(cl.NodeDir(p.Spec.NodeName), "state")}
 	return s.ReadRecord(string(p.UID), "main")
 }
 
-func cardsOf(rec *handoff.Record) string {
+func cardsOf(rec *records.Record) string {
 	var out []string
 	for _, c := range rec.Cards {
 		out = append(out, c.UUID)

@@ -1,4 +1,7 @@
-package handoff
+// Package records keeps the node agent's per-container state on the host: the
+// directory each vGPU container mounts (shared region, limits file) and, beside it,
+// the agent's record of what Allocate decided, which survives an agent restart.
+package records
 
 import (
 	"encoding/json"
@@ -12,6 +15,12 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 )
+
+// LimitsFileName is the limits file inside the container directory.
+const LimitsFileName = "limits.env"
+
+// RegionFileName is the shared accounting region inside the container directory.
+const RegionFileName = "region"
 
 // ErrBadName is wrapped when a pod UID or container name cannot be used as a path element.
 var ErrBadName = errors.New("unsafe path element")
