@@ -27,6 +27,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/health"
+	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
@@ -115,8 +116,8 @@ func resourceNames(cfg *config.Config) api.ResourceNames {
 // prepareHost creates the state directory and the ld.so.preload file mounted into
 // containers. A missing hook library is logged, not fatal: the agent still publishes
 // the node, and containers fail to start on the missing mount until it is installed.
-func prepareHost(cfg *config.Config) (handoff.Container, error) {
-	c := handoff.Container{HookLibrary: cfg.HookLibrary, Preload: cfg.Preload, Dir: cfg.ContainerDir,
+func prepareHost(cfg *config.Config) (hookenv.Container, error) {
+	c := hookenv.Container{HookLibrary: cfg.HookLibrary, Preload: cfg.Preload, Dir: cfg.ContainerDir,
 		LogLevel: cfg.VGPULogLevel, PreloadHostFile: filepath.Join(cfg.StateDir, "ld.so.preload")}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods"), 0o755); err != nil {
 		return c, fmt.Errorf("create state directory: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -30,7 +31,7 @@ type Config struct {
 	// IdentifyTimeout bounds the wait for the informer to show a pod the kubelet already tracks.
 	IdentifyTimeout time.Duration
 	PollInterval    time.Duration
-	Container       Container
+	Container       hookenv.Container
 }
 
 // Observer receives the outcome of each kubelet call; the metrics package implements it.

@@ -22,6 +22,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
@@ -89,7 +90,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	lib := filepath.Join(h.root, "libvgpu.so")
 	cfg := handoff.Config{Node: node, Resource: api.ResourceNumber, Names: api.DefaultResourceNames(),
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
-		Container: handoff.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
+		Container: hookenv.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
 			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
 	hd := handoff.New(cfg, reg, pods, prc, &records.Store{Root: h.root},
 		&handoff.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -111,7 +112,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				assignedSM[card.UUID] += float64(card.Cores)
 				labels := []string{r.Namespace, r.Pod, r.Container, card.UUID}
 				ch <- prometheus.MustNewConstMetric(descContMem, prometheus.GaugeValue, float64(card.MemoryMiB), labels...)
-				ch <- prometheus.MustNewConstMetric(descContSM, prometheus.GaugeValue, float64(handoff.SMLimit(card.Cores)), labels...)
+				ch <- prometheus.MustNewConstMetric(descContSM, prometheus.GaugeValue, float64(hookenv.SMLimit(card.Cores)), labels...)
 			}
 		}
 	}

@@ -1,4 +1,6 @@
-package handoff
+// Package hookenv renders what vgpu-core reads in a container: the environment, the
+// mounts and the limits file of the Allocate response (docs/contract.md has the table).
+package hookenv
 
 import (
 	"fmt"
