@@ -31,6 +31,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
+	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -71,7 +72,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err := pods.Start(ctx); err != nil {
 		return err
 	}
-	prc, err := handoff.DialPodResources(cfg.PodResourcesSocket, 5*time.Second)
+	prc, err := podresources.Dial(cfg.PodResourcesSocket, 5*time.Second)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
@@ -32,6 +33,12 @@ type Config struct {
 	IdentifyTimeout time.Duration
 	PollInterval    time.Duration
 	Container       hookenv.Container
+}
+
+// KubeletPods is the kubelet's own table of pods and the device IDs it gave each
+// container (the PodResources API; package podresources asks it).
+type KubeletPods interface {
+	List(ctx context.Context) ([]*podresourcesv1.PodResources, error)
 }
 
 // Observer receives the outcome of each kubelet call; the metrics package implements it.

@@ -24,6 +24,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 )
@@ -83,7 +84,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	if err := pods.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	prc, err := handoff.DialPodResources(h.kubelet.PodResourcesSocket(), 5*time.Second)
+	prc, err := podresources.Dial(h.kubelet.PodResourcesSocket(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package handoff
+// Package podresources asks the kubelet's PodResources API which pods and containers
+// hold which device IDs: the kubelet's own table, written before PreStartContainer.
+package podresources
 
 import (
 	"context"
@@ -14,30 +16,24 @@ import (
 // ErrKubelet is wrapped when the kubelet's PodResources API cannot be asked.
 var ErrKubelet = errors.New("kubelet pod resources")
 
-// KubeletPods is the kubelet's own table of pods and the device IDs it gave each
-// container (the PodResources API).
-type KubeletPods interface {
-	List(ctx context.Context) ([]*podresourcesv1.PodResources, error)
-}
-
-// PodResourcesClient asks the kubelet's PodResources socket.
-type PodResourcesClient struct {
+// Client asks the kubelet's PodResources socket.
+type Client struct {
 	conn    *grpc.ClientConn
 	client  podresourcesv1.PodResourcesListerClient
 	timeout time.Duration
 }
 
-// DialPodResources connects lazily to the unix socket; calls fail until the kubelet serves it.
-func DialPodResources(socket string, timeout time.Duration) (*PodResourcesClient, error) {
+// Dial connects lazily to the unix socket; calls fail until the kubelet serves it.
+func Dial(socket string, timeout time.Duration) (*Client, error) {
 	conn, err := grpc.Dial("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrKubelet, socket, err)
 	}
-	return &PodResourcesClient{conn: conn, client: podresourcesv1.NewPodResourcesListerClient(conn), timeout: timeout}, nil
+	return &Client{conn: conn, client: podresourcesv1.NewPodResourcesListerClient(conn), timeout: timeout}, nil
 }
 
 // List returns every pod the kubelet tracks with its containers' devices.
-func (c *PodResourcesClient) List(ctx context.Context) ([]*podresourcesv1.PodResources, error) {
+func (c *Client) List(ctx context.Context) ([]*podresourcesv1.PodResources, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
@@ -48,4 +44,4 @@ func (c *PodResourcesClient) List(ctx context.Context) ([]*podresourcesv1.PodRes
 }
 
 // Close releases the connection.
-func (c *PodResourcesClient) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { return c.conn.Close() }
