@@ -31,6 +31,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
@@ -68,7 +69,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	pods := handoff.NewInformerPods(deps.Client, cfg.NodeName)
+	pods := nodepods.NewInformer(deps.Client, cfg.NodeName)
 	if err := pods.Start(ctx); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	m := metrics.New(promReg, metrics.Sources{Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
-		reg, pods, prc, store, &handoff.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
+		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
 		Resource: cfg.ResourceName, OnRegistered: m.Registered}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,

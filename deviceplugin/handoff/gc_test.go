@@ -14,6 +14,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
@@ -36,7 +37,7 @@ func TestDirectoriesAreRemovedOnlyForPodsThatAreGone(t *testing.T) {
 		}
 	}
 	h.kubelet.Release(gone.UID)
-	if !handoff.WaitFor(h.ctx, 5*time.Second, 5*time.Millisecond, func() bool {
+	if !nodepods.WaitFor(h.ctx, 5*time.Second, 5*time.Millisecond, func() bool {
 		return !h.pods.Exists(gone.UID) && !h.pods.Exists(deleting.UID)
 	}) {
 		t.Fatal("the informer never saw the deletions")

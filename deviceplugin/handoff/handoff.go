@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -33,6 +35,21 @@ type Config struct {
 	IdentifyTimeout time.Duration
 	PollInterval    time.Duration
 	Container       hookenv.Container
+}
+
+// PodLookup finds pods bound to this node. Only pods the scheduler bound here are
+// visible: the informer behind it is filtered by spec.nodeName.
+type PodLookup interface {
+	Get(namespace, name string) (*corev1.Pod, bool)
+	// Exists reports whether a pod with this UID is bound to the node.
+	Exists(uid types.UID) bool
+	// Synced reports whether the lookup has seen the full list once.
+	Synced() bool
+}
+
+// Marker records the handoff state on the pod (nodepods.PatchMarker in the agent).
+type Marker interface {
+	Mark(ctx context.Context, pod *corev1.Pod, state, message string) error
 }
 
 // KubeletPods is the kubelet's own table of pods and the device IDs it gave each

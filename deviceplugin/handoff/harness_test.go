@@ -24,6 +24,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
@@ -36,7 +37,7 @@ const node = "node-a"
 type harness struct {
 	t       testing.TB
 	hd      *handoff.Handoff
-	pods    *handoff.InformerPods
+	pods    *nodepods.Informer
 	ctx     context.Context
 	client  *fake.Clientset
 	kubelet *kubeletsim.Kubelet
@@ -80,7 +81,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	t := h.t
 	h.reg = reg
 	ctx, cancel := context.WithCancel(h.ctx)
-	pods := handoff.NewInformerPods(h.client, node)
+	pods := nodepods.NewInformer(h.client, node)
 	if err := pods.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 		Container: hookenv.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
 			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
 	hd := handoff.New(cfg, reg, pods, prc, &records.Store{Root: h.root},
-		&handoff.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
+		&nodepods.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: h.sockDir, SocketName: "tessera.sock",
 		Resource: api.ResourceNumber, WatchInterval: 20 * time.Millisecond}, reg, hd)
 	done := make(chan struct{})

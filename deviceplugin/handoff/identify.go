@@ -12,6 +12,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 )
 
 // Refusal reasons. Each is wrapped with the pods and cards involved.
@@ -96,7 +97,7 @@ func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources
 	if allHolding(pod, corev1.ResourceName(h.cfg.Resource), holding) {
 		return nil, nil // fully set up: skip decoding its assignment
 	}
-	asg, err := ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
+	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -33,7 +34,7 @@ func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 		return err
 	}
 	var pod *corev1.Pod
-	WaitFor(ctx, h.cfg.IdentifyTimeout, h.cfg.PollInterval, func() bool {
+	nodepods.WaitFor(ctx, h.cfg.IdentifyTimeout, h.cfg.PollInterval, func() bool {
 		var ok bool
 		pod, ok = h.pods.Get(ns, name)
 		return ok
@@ -86,7 +87,7 @@ func (h *Handoff) owner(ctx context.Context, ids []string) (string, string, stri
 
 // verify checks the kubelet's slots against Allocate's record and the assignment, and
 // returns the record with the assignment's current limits.
-func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []apiCard) (*records.Record, error) {
+func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []api.Card) (*records.Record, error) {
 	rec, err := h.store.ReadRecord(string(pod.UID), container)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: Allocate prepared no directory for this container; it served another container with slots %s", ErrMismatch, strings.Join(ids, ","))
@@ -98,7 +99,7 @@ func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []
 		return nil, fmt.Errorf("%w: Allocate prepared this container for slots %s, the kubelet starts it with %s",
 			ErrMismatch, strings.Join(rec.SlotIDs, ","), strings.Join(ids, ","))
 	}
-	asg, err := ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
+	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func (h *Handoff) markIfComplete(ctx context.Context, pod *corev1.Pod) bool {
 	if pod.Annotations[api.AnnotationHandoff] == api.HandoffDone {
 		return true
 	}
-	asg, err := ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
+	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
 	if err != nil {
 		return false
 	}

@@ -1,4 +1,7 @@
-package handoff
+// Package nodepods is the node agent's view of the pods bound to its node in the API
+// server: a node-filtered informer to look them up, their card assignments read for
+// this node, and the handoff state patched onto them.
+package nodepods
 
 import (
 	"context"
@@ -26,35 +29,25 @@ var ErrNoAssignment = errors.New("no card assignment")
 // ErrWrongNode is wrapped when a pod's assignment names another node.
 var ErrWrongNode = errors.New("assignment is for another node")
 
-// PodLookup finds pods bound to this node. Only pods the scheduler bound here are
-// visible: the informer behind it is filtered by spec.nodeName.
-type PodLookup interface {
-	Get(namespace, name string) (*corev1.Pod, bool)
-	// Exists reports whether a pod with this UID is bound to the node.
-	Exists(uid types.UID) bool
-	// Synced reports whether the lookup has seen the full list once.
-	Synced() bool
-}
-
-// InformerPods is a PodLookup over a node-filtered shared informer.
-type InformerPods struct {
+// Informer looks up the pods bound to one node, over a node-filtered shared informer.
+type Informer struct {
 	factory informers.SharedInformerFactory
 	lister  listersv1.PodLister
 	synced  cache.InformerSynced
 	node    string
 }
 
-// NewInformerPods watches the pods bound to node; call Start before use.
-func NewInformerPods(client kubernetes.Interface, node string) *InformerPods {
+// NewInformer watches the pods bound to node; call Start before use.
+func NewInformer(client kubernetes.Interface, node string) *Informer {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
 	inf := f.Core().V1().Pods()
-	return &InformerPods{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced, node: node}
+	return &Informer{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced, node: node}
 }
 
 // Start runs the informer until ctx ends and waits for its first list.
-func (p *InformerPods) Start(ctx context.Context) error {
+func (p *Informer) Start(ctx context.Context) error {
 	p.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced) {
 		return fmt.Errorf("pod informer for node %s did not sync: %w", p.node, ctx.Err())
@@ -63,7 +56,7 @@ func (p *InformerPods) Start(ctx context.Context) error {
 }
 
 // Get returns the pod if it is bound to this node.
-func (p *InformerPods) Get(namespace, name string) (*corev1.Pod, bool) {
+func (p *Informer) Get(namespace, name string) (*corev1.Pod, bool) {
 	pod, err := p.lister.Pods(namespace).Get(name)
 	if err != nil || pod.Spec.NodeName != p.node {
 		return nil, false
@@ -72,7 +65,7 @@ func (p *InformerPods) Get(namespace, name string) (*corev1.Pod, bool) {
 }
 
 // Exists reports whether a pod with this UID is bound to the node.
-func (p *InformerPods) Exists(uid types.UID) bool {
+func (p *Informer) Exists(uid types.UID) bool {
 	pods, err := p.lister.List(labels.Everything())
 	if err != nil {
 		return true // when in doubt, a pod is not gone
@@ -86,7 +79,7 @@ func (p *InformerPods) Exists(uid types.UID) bool {
 }
 
 // Synced reports whether the informer has listed once.
-func (p *InformerPods) Synced() bool { return p.synced() }
+func (p *Informer) Synced() bool { return p.synced() }
 
 // WaitFor polls until get returns true or the timeout passes; the informer may see a
 // pod a little after the kubelet does.

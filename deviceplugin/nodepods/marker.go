@@ -1,4 +1,4 @@
-package handoff
+package nodepods
 
 import (
 	"context"
@@ -13,13 +13,6 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 )
-
-type apiCard = api.Card
-
-// Marker records the handoff state on the pod.
-type Marker interface {
-	Mark(ctx context.Context, pod *corev1.Pod, state, message string) error
-}
 
 // PatchMarker writes the handoff annotations with a JSON merge patch. The patch carries
 // the pod's UID as a precondition, so a recreated pod of the same name is never marked.
