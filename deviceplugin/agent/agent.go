@@ -25,6 +25,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
+	"github.com/tessera-gpu/tessera/deviceplugin/gc"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
@@ -90,7 +91,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		VolcanoCompat: cfg.VolcanoCompat}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
-	maint := handoff.NewMaintainer(h, cfg.GCGracePeriod.Duration)
+	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)
 
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }

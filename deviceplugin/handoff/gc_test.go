@@ -13,7 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
+	"github.com/tessera-gpu/tessera/deviceplugin/gc"
 	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
@@ -42,7 +42,7 @@ func TestDirectoriesAreRemovedOnlyForPodsThatAreGone(t *testing.T) {
 	}) {
 		t.Fatal("the informer never saw the deletions")
 	}
-	m := handoff.NewMaintainer(h.hd, 0)
+	m := gc.New(h.pods, h.store, h.prc, h.hd.MarkIfComplete, 0)
 	exists := func(p *podT) bool {
 		_, err := os.Stat(filepath.Join(h.root, "pods", string(p.UID), "main"))
 		return err == nil
@@ -83,6 +83,6 @@ func TestAHandoffMarkLostToAnAPIErrorIsCompletedByReconcile(t *testing.T) {
 		t.Fatalf("handoff %q while the API server fails", got.Annotations[api.AnnotationHandoff])
 	}
 	failing.Store(false)
-	handoff.NewMaintainer(h.hd, 0).Once(h.ctx)
+	gc.New(h.pods, h.store, h.prc, h.hd.MarkIfComplete, 0).Once(h.ctx)
 	h.waitHandoff(p, api.HandoffDone)
 }

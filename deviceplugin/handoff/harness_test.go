@@ -38,6 +38,8 @@ type harness struct {
 	t       testing.TB
 	hd      *handoff.Handoff
 	pods    *nodepods.Informer
+	store   *records.Store
+	prc     *podresources.Client
 	ctx     context.Context
 	client  *fake.Clientset
 	kubelet *kubeletsim.Kubelet
@@ -94,14 +96,15 @@ func (h *harness) startAgent(reg *cards.Registry) {
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
 		Container: hookenv.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
 			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
-	hd := handoff.New(cfg, reg, pods, prc, &records.Store{Root: h.root},
+	store := &records.Store{Root: h.root}
+	hd := handoff.New(cfg, reg, pods, prc, store,
 		&nodepods.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: h.sockDir, SocketName: "tessera.sock",
 		Resource: api.ResourceNumber, WatchInterval: 20 * time.Millisecond}, reg, hd)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	h.stop, h.stopped = cancel, done
-	h.hd, h.pods = hd, pods
+	h.hd, h.pods, h.store, h.prc = hd, pods, store, prc
 	t.Cleanup(func() { cancel(); <-done; prc.Close() })
 }
 

@@ -56,7 +56,7 @@ func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 		return err
 	}
 	klog.V(3).InfoS("Container handed its cards", "pod", klog.KObj(pod), "container", container, "cards", uuidsOf(rec.Cards))
-	h.markIfComplete(ctx, pod)
+	h.MarkIfComplete(ctx, pod)
 	return nil
 }
 
@@ -119,9 +119,9 @@ func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []
 	return rec, nil
 }
 
-// markIfComplete marks the handoff done once every vGPU container has been started
+// MarkIfComplete marks the handoff done once every vGPU container has been started
 // with its limits. Reconcile repeats it, so a crash between the two steps loses nothing.
-func (h *Handoff) markIfComplete(ctx context.Context, pod *corev1.Pod) bool {
+func (h *Handoff) MarkIfComplete(ctx context.Context, pod *corev1.Pod) bool {
 	if pod.Annotations[api.AnnotationHandoff] == api.HandoffDone {
 		return true
 	}

@@ -1,12 +1,16 @@
-package handoff
+// Package gc finishes interrupted handoffs and removes the per-container directories
+// of pods that are gone.
+package gc
 
 import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -15,14 +19,20 @@ import (
 // kubelet no longer tracks its name, continuously for the grace period: a directory a
 // container may still have mounted is never removed.
 type Maintainer struct {
-	h     *Handoff
-	grace time.Duration
-	gone  map[string]time.Time
+	pods     handoff.PodLookup
+	store    *records.Store
+	kubelet  handoff.KubeletPods
+	complete func(context.Context, *corev1.Pod) bool
+	now      func() time.Time
+	grace    time.Duration
+	gone     map[string]time.Time
 }
 
-// NewMaintainer returns a Maintainer; only one goroutine may call Run or Once.
-func NewMaintainer(h *Handoff, grace time.Duration) *Maintainer {
-	return &Maintainer{h: h, grace: grace, gone: map[string]time.Time{}}
+// New returns a Maintainer over the agent's pods, directories and kubelet; complete
+// finishes a live pod's handoff mark (Handoff.MarkIfComplete). Only one goroutine may
+// call Run or Once.
+func New(pods handoff.PodLookup, store *records.Store, kubelet handoff.KubeletPods, complete func(context.Context, *corev1.Pod) bool, grace time.Duration) *Maintainer {
+	return &Maintainer{pods: pods, store: store, kubelet: kubelet, complete: complete, now: time.Now, grace: grace, gone: map[string]time.Time{}}
 }
 
 // Run calls Once every interval until ctx ends.
@@ -41,11 +51,10 @@ func (m *Maintainer) Run(ctx context.Context, interval time.Duration) {
 
 // Once runs one pass and returns the UIDs whose directories it removed.
 func (m *Maintainer) Once(ctx context.Context) []string {
-	h := m.h
-	if !h.pods.Synced() {
+	if !m.pods.Synced() {
 		return nil
 	}
-	recs, err := h.store.Records()
+	recs, err := m.store.Records()
 	if err != nil {
 		klog.ErrorS(err, "Cannot list container directories")
 		return nil
@@ -55,14 +64,14 @@ func (m *Maintainer) Once(ctx context.Context) []string {
 		klog.ErrorS(err, "Cannot ask the kubelet which pods it tracks; keeping every directory this pass")
 		return nil
 	}
-	now := h.now()
+	now := m.now()
 	var removed []string
 	for uid, rs := range recs {
-		if h.pods.Exists(types.UID(uid)) {
+		if m.pods.Exists(types.UID(uid)) {
 			delete(m.gone, uid)
 			if len(rs) > 0 {
-				if pod, ok := h.pods.Get(rs[0].Namespace, rs[0].Pod); ok && string(pod.UID) == uid {
-					h.markIfComplete(ctx, pod)
+				if pod, ok := m.pods.Get(rs[0].Namespace, rs[0].Pod); ok && string(pod.UID) == uid {
+					m.complete(ctx, pod)
 				}
 			}
 			continue
@@ -79,7 +88,7 @@ func (m *Maintainer) Once(ctx context.Context) []string {
 		if now.Sub(since) < m.grace {
 			continue
 		}
-		if err := h.store.RemovePod(uid); err != nil {
+		if err := m.store.RemovePod(uid); err != nil {
 			klog.ErrorS(err, "Cannot remove directories of a pod that is gone", "uid", uid)
 			continue
 		}
@@ -91,7 +100,7 @@ func (m *Maintainer) Once(ctx context.Context) []string {
 }
 
 func (m *Maintainer) kubeletNames(ctx context.Context) (map[string]bool, error) {
-	list, err := m.h.kubelet.List(ctx)
+	list, err := m.kubelet.List(ctx)
 	if err != nil {
 		return nil, err
 	}
