@@ -20,17 +20,17 @@ build-go:
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
-## test: everything CI runs: lint, Go unit/integration tests, the race detector on the
-## concurrent node agent, short fuzzing, vgpu-core's C suite.
+## test: everything CI runs: lint, Go unit/integration tests, the race detector on every
+## package, short fuzzing, vgpu-core's C suite.
 test: lint test-go test-race fuzz test-vgpu-core chart-test
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
 
-# The node agent serves the kubelet and the API server concurrently; its tests run
-# under the race detector (Volcano-based packages would double the build for little).
+# Every package's tests under the race detector: the node agent serves the kubelet and
+# the API server concurrently, and the vgpu plugin's predicates run in parallel.
 test-race:
-	$(GO) test -race -p $(TEST_P) -count=1 ./deviceplugin/... ./api/... ./placement/... ./internal/...
+	$(GO) test -race -p $(TEST_P) -count=1 $(PKGS)
 
 test-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core test; fi

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -91,7 +92,7 @@ func (n *Node) PreferredCards(free, must []int, k int) (out []int, ok bool) {
 		return nil, false
 	}
 	for _, m := range must {
-		if !containsInt(free, m) {
+		if !slices.Contains(free, m) {
 			return nil, false
 		}
 	}
@@ -102,7 +103,7 @@ func (n *Node) PreferredCards(free, must []int, k int) (out []int, ok bool) {
 		copy(out, must)
 		i := len(must)
 		for _, f := range free {
-			if i < k && !containsInt(must, f) {
+			if i < k && !slices.Contains(must, f) {
 				out[i] = f
 				i++
 			}
@@ -114,13 +115,4 @@ func (n *Node) PreferredCards(free, must []int, k int) (out []int, ok bool) {
 	s.init(n.topo, free, nil, must, k)
 	s.run(out)
 	return out, true
-}
-
-func containsInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

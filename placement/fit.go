@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -184,9 +185,9 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonUnhealthy, "")
 	case c.MIG:
 		return reject(ReasonMIG, "")
-	case len(o.UUIDInclude) > 0 && !contains(o.UUIDInclude, c.UUID):
+	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):
 		return reject(ReasonUUIDFilter, "not in "+api.AnnotationGPUUUIDInclude)
-	case contains(o.UUIDExclude, c.UUID):
+	case slices.Contains(o.UUIDExclude, c.UUID):
 		return reject(ReasonUUIDFilter, "listed in "+api.AnnotationGPUUUIDExclude)
 	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, c.Model):
 		return reject(ReasonTypeFilter, "model "+c.Model+" matches nothing in "+api.AnnotationGPUTypeInclude)
@@ -211,15 +212,6 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonMemory, itoa(mem)+" MiB wanted, "+itoa(freeMiB)+" of "+itoa(c.CapacityMiB)+" MiB free")
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // containsFold reports whether model contains any of the substrings, ignoring case.

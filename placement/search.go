@@ -197,75 +197,77 @@ func (s *search) bound(from, need int) float64 {
 // grow greedily by the best gain, then swap a chosen card for an unchosen one
 // while that improves the objective.
 func (s *search) descend() {
-	var in [maxTopologyCards]bool
-	var conn [maxTopologyCards]float64 // Σ pair weight to the current set
-	add := func(p int, sign float64) {
+	var chosen [maxTopologyCards]bool
+	var linked [maxTopologyCards]float64 // Σ pair weight to the current set
+	account := func(p int, sign float64) {
 		for q := 0; q < s.m; q++ {
-			conn[q] += sign * s.t.pair(s.cands[q], s.cands[p])
+			linked[q] += sign * s.t.pair(s.cands[q], s.cands[p])
 		}
 	}
 	for seed := 0; seed < s.m; seed++ {
 		if s.fixed[seed] && s.nfix > 0 {
 			continue
 		}
-		in, conn = [maxTopologyCards]bool{}, [maxTopologyCards]float64{}
+		chosen, linked = [maxTopologyCards]bool{}, [maxTopologyCards]float64{}
 		size := 0
 		for p := 0; p < s.m; p++ {
 			if s.fixed[p] {
-				in[p] = true
-				add(p, 1)
+				chosen[p] = true
+				account(p, 1)
 				size++
 			}
 		}
-		if size < s.k && !in[seed] {
-			in[seed] = true
-			add(seed, 1)
+		if size < s.k && !chosen[seed] {
+			chosen[seed] = true
+			account(seed, 1)
 			size++
 		}
+		// Grow greedily: add the card that gains the most with the set so far.
 		for ; size < s.k; size++ {
-			best, bg := -1, 0.0
+			best, bestGain := -1, 0.0
 			for p := 0; p < s.m; p++ {
-				if g := s.unary[p] + s.c*conn[p]; !in[p] && (best < 0 || g > bg+eps) {
-					best, bg = p, g
+				if gain := s.unary[p] + s.c*linked[p]; !chosen[p] && (best < 0 || gain > bestGain+eps) {
+					best, bestGain = p, gain
 				}
 			}
-			in[best] = true
-			add(best, 1)
+			chosen[best] = true
+			account(best, 1)
 		}
-		for iter := 0; iter < 4*s.k; iter++ {
-			bi, bj, bd := -1, -1, eps
+		// Improve by swaps: drop a chosen card for an unchosen one while that gains.
+		for round := 0; round < 4*s.k; round++ {
+			drop, take, bestGain := -1, -1, eps
 			for i := 0; i < s.m; i++ {
-				if !in[i] || s.fixed[i] {
+				if !chosen[i] || s.fixed[i] {
 					continue
 				}
-				out := s.unary[i] + s.c*conn[i]
+				kept := s.unary[i] + s.c*linked[i]
 				for j := 0; j < s.m; j++ {
-					if in[j] {
+					if chosen[j] {
 						continue
 					}
-					if d := s.unary[j] + s.c*(conn[j]-s.t.pair(s.cands[j], s.cands[i])) - out; d > bd {
-						bi, bj, bd = i, j, d
+					if gain := s.unary[j] + s.c*(linked[j]-s.t.pair(s.cands[j], s.cands[i])) - kept; gain > bestGain {
+						drop, take, bestGain = i, j, gain
 					}
 				}
 			}
-			if bi < 0 {
+			if drop < 0 {
 				break
 			}
-			in[bi], in[bj] = false, true
-			add(bi, -1)
-			add(bj, 1)
+			chosen[drop], chosen[take] = false, true
+			account(drop, -1)
+			account(take, 1)
 		}
-		var val float64
+		var value float64
 		n := 0
 		for p := 0; p < s.m; p++ {
-			if in[p] {
-				val += s.unary[p] + s.c*conn[p]/2
+			if chosen[p] {
+				value += s.unary[p] + s.c*linked[p]/2
 				s.cur[n] = p
 				n++
 			}
 		}
-		if !s.found || val > s.value+eps {
-			s.found, s.value = true, val
+		if !s.found || value > s.value+eps {
+			s.found, s.value = true, value
 			copy(s.best[:s.k], s.cur[:s.k])
 		}
 	}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestMustIncludeCardsAreKept(t *testing.T) {
 		s.init(tp, cands, nil, must, k)
 		out := make([]int, k)
 		s.run(out)
-		if !containsInt(out, must[0]) || !sort.IntsAreSorted(out) || distinct(out) != k {
+		if !slices.Contains(out, must[0]) || !sort.IntsAreSorted(out) || distinct(out) != k {
 			t.Fatalf("round %d: %v does not hold must-include card %d as a sorted set of %d", round, out, must[0], k)
 		}
 	}

@@ -70,10 +70,10 @@ func PreferWholeCards(inv *api.NodeInventory, available, must []string, size int
 		}
 		mustCard[i] = id
 	}
-	var idle, any, mustIdx []int
+	var idle, free, mustIdx []int
 	for i, ids := range slots {
 		sort.Strings(ids)
-		any = append(any, i)
+		free = append(free, i)
 		if len(ids) >= inv.Cards[i].Shares {
 			idle = append(idle, i)
 		}
@@ -84,10 +84,10 @@ func PreferWholeCards(inv *api.NodeInventory, available, must []string, size int
 	node := placement.NewNode("", inv, 1)
 	chosen, ok := node.PreferredCards(withAll(idle, mustIdx), mustIdx, size)
 	if !ok {
-		chosen, ok = node.PreferredCards(any, mustIdx, size)
+		chosen, ok = node.PreferredCards(free, mustIdx, size)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%d slots on distinct cards wanted, %d cards have a free slot", size, len(any))
+		return nil, fmt.Errorf("%d slots on distinct cards wanted, %d cards have a free slot", size, len(free))
 	}
 	out := make([]string, 0, size)
 	for _, i := range chosen {
