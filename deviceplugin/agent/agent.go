@@ -116,6 +116,14 @@ func resourceNames(cfg *config.Config) api.ResourceNames {
 	return n
 }
 
+// The agent wires these together; the interfaces are the consumers' own.
+var (
+	_ kubeletserver.Handler = (*handoff.Handoff)(nil)
+	_ handoff.PodLookup     = (*nodepods.Informer)(nil)
+	_ handoff.Marker        = (*nodepods.PatchMarker)(nil)
+	_ handoff.KubeletPods   = (*podresources.Client)(nil)
+)
+
 // prepareHost creates the state directory and the ld.so.preload file mounted into
 // containers. A missing hook library is logged, not fatal: the agent still publishes
 // the node, and containers fail to start on the missing mount until it is installed.

@@ -8,6 +8,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
+var _ pluginapi.DevicePluginServer = (*service)(nil)
+
 // service implements pluginapi.DevicePluginServer for one Server.
 type service struct {
 	pluginapi.UnimplementedDevicePluginServer

@@ -87,6 +87,11 @@ var (
 	descContSM      = prometheus.NewDesc(namespace+"_container_sm_limit_percent", "A container's SM limit on one of its cards (100 = uncapped).", containerLabels, nil)
 )
 
+var (
+	_ prometheus.Collector = (*collector)(nil)
+	_ handoff.Observer     = (*Metrics)(nil)
+)
+
 type collector struct{ src Sources }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {

@@ -22,6 +22,11 @@ import (
 // PluginName is the name used in volcano-scheduler.conf.
 const PluginName = pluginargs.Plugin
 
+var (
+	_ framework.Plugin        = (*vgpuPlugin)(nil)
+	_ framework.PluginBuilder = (*Scheduler)(nil).New
+)
+
 type vgpuPlugin struct {
 	args   pluginargs.Args
 	ledger *ledger

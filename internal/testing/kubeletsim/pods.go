@@ -61,6 +61,8 @@ func (k *Kubelet) Release(uid types.UID) {
 	}
 }
 
+var _ podresourcesv1.PodResourcesListerServer = (*podResources)(nil)
+
 type podResources struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
 	k *Kubelet

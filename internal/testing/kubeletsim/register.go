@@ -16,6 +16,8 @@ import (
 // ErrNoPlugin means a call needed the device plugin and none was registered.
 var ErrNoPlugin = errors.New("no device plugin registered for the resource")
 
+var _ pluginapi.RegistrationServer = (*registration)(nil)
+
 type registration struct {
 	pluginapi.UnimplementedRegistrationServer
 	k *Kubelet

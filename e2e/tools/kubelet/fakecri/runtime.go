@@ -15,6 +15,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
+var (
+	_ runtimeapi.RuntimeServiceServer = (*runtime)(nil)
+	_ runtimeapi.ImageServiceServer   = (*runtime)(nil)
+)
+
 // runtime is the fake CRI with the container calls intercepted; every other call goes
 // to the embedded fake unchanged.
 type runtime struct {
