@@ -59,7 +59,7 @@ func flatten(rules []rbacv1.PolicyRule) map[rule]bool {
 	return m
 }
 
-func TestTheNodeAgentMayOnlyPatchNodesAndWatchAndPatchPods(t *testing.T) {
+func TestTheNodeAgentMayOnlyPatchNodesWatchAndPatchPodsAndPostEvents(t *testing.T) {
 	r := MustRender(t, "")
 	var cr rbacv1.ClusterRole
 	r.Get(t, "ClusterRole", "gpu-tessera-vgpu-device-plugin", &cr)
@@ -67,6 +67,7 @@ func TestTheNodeAgentMayOnlyPatchNodesAndWatchAndPatchPods(t *testing.T) {
 	want := map[rule]bool{
 		{"", "nodes", "get"}: true, {"", "nodes", "patch"}: true,
 		{"", "pods", "list"}: true, {"", "pods", "watch"}: true, {"", "pods", "patch"}: true,
+		{"", "events", "create"}: true, // its Node's events (another GPU device plugin on the node)
 	}
 	for r := range got {
 		if !want[r] {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/coexist"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/gc"
@@ -45,6 +46,9 @@ type Deps struct {
 	MetricsListener net.Listener
 	// SysfsRoot is where NUMA nodes are read when NVML cannot tell ("/sys" when empty).
 	SysfsRoot string
+	// CoexistInterval is how often the node is read for other GPU device plugins
+	// (30 s when zero).
+	CoexistInterval time.Duration
 }
 
 // Run starts the agent and returns when ctx ends or a part cannot start.
@@ -70,6 +74,15 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	// Serve nothing (no inventory, no kubelet registration) while another device
+	// plugin hands out these cards, unless told to share them.
+	guard := &coexist.Guard{Client: deps.Client, Node: cfg.NodeName, Share: cfg.OtherGPUPlugins == config.OtherGPUPluginsShare,
+		Interval: deps.CoexistInterval}
+	if err := guard.WaitClear(ctx); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	pods := nodepods.NewInformer(deps.Client, cfg.NodeName)
 	if err := pods.Start(ctx); err != nil {
 		return err
@@ -99,6 +112,14 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { pub.Run(ctx) })
 	run(func() { mon.Run(ctx) })
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
+	var conflict error
+	run(func() {
+		if err := guard.Watch(ctx); errors.Is(err, coexist.ErrConflict) {
+			klog.ErrorS(err, "Stopping: another device plugin now advertises this node's GPUs")
+			conflict = err
+			stop()
+		}
+	})
 	if stop, err := serveMetrics(promReg, cfg.MetricsAddress, deps.MetricsListener); err != nil {
 		klog.ErrorS(err, "Metrics endpoint unavailable")
 	} else {
@@ -107,7 +128,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	klog.InfoS("Node agent running", "node", cfg.NodeName, "cards", len(res.Devices), "resource", cfg.ResourceName)
 	<-ctx.Done()
 	wg.Wait()
-	return nil
+	return conflict
 }
 
 func resourceNames(cfg *config.Config) api.ResourceNames {

@@ -115,3 +115,71 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// On a node where NVIDIA's device plugin advertises the cards, the agent registers
+// nothing with the kubelet and publishes no inventory until that plugin is gone; if it
+// comes back while the agent serves, the agent stops with the conflict.
+func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sock, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sock)
+	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: sock, Resource: api.ResourceNumber})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	state := t.TempDir()
+	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
+		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--heartbeat-interval=1h",
+		"--metrics-address="}, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	withGPU := func(n string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{
+			Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}}
+	}
+	client := fake.NewSimpleClientset(withGPU("4"))
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, Deps{NVML: nvmlfake.FourCardsTwoNUMA(), Client: client, CoexistInterval: 20 * time.Millisecond})
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	if len(k.Health()) != 0 {
+		t.Fatal("the agent registered with the kubelet while nvidia.com/gpu is advertised")
+	}
+	if n, _ := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); n.Annotations[api.AnnotationInventory] != "" {
+		t.Fatal("the agent published an inventory while nvidia.com/gpu is advertised")
+	}
+
+	// NVIDIA's plugin leaves (the kubelet zeroes its resource): the agent serves.
+	if _, err := client.CoreV1().Nodes().Update(ctx, withGPU("0"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
+		t.Fatalf("no registration once the other plugin left: %v", err)
+	}
+
+	// It comes back: the agent stops, naming it.
+	n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Capacity = withGPU("4").Status.Capacity
+	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "nvidia.com/gpu=4") {
+			t.Fatalf("Run = %v, want the conflict naming nvidia.com/gpu=4", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the agent kept serving beside the other plugin")
+	}
+}

@@ -55,7 +55,16 @@ type Config struct {
 	GCInterval         metav1.Duration `json:"gcInterval"`
 	GCGracePeriod      metav1.Duration `json:"gcGracePeriod"`
 	Health             Health          `json:"health"`
+	// OtherGPUPlugins is what the agent does on a node where another device plugin
+	// (NVIDIA's) advertises GPUs: "refuse" serves nothing there, "share" serves anyway.
+	OtherGPUPlugins string `json:"otherGPUPlugins"`
 }
+
+// What the agent does beside another GPU device plugin on its node.
+const (
+	OtherGPUPluginsRefuse = "refuse"
+	OtherGPUPluginsShare  = "share"
+)
 
 // Health configures the health monitor.
 type Health struct {
@@ -86,6 +95,7 @@ func Default() *Config {
 		GCGracePeriod:      d(10 * time.Minute),
 		Health: Health{CheckInterval: d(30 * time.Second), RecoverAfter: d(5 * time.Minute),
 			FatalXIDs: append([]uint64(nil), DefaultFatalXIDs...)},
+		OtherGPUPlugins: OtherGPUPluginsRefuse,
 	}
 }
 
@@ -129,6 +139,9 @@ func (c *Config) Validate() error {
 		if d.Duration <= 0 {
 			bad(field, "%v must be positive", d.Duration)
 		}
+	}
+	if c.OtherGPUPlugins != OtherGPUPluginsRefuse && c.OtherGPUPlugins != OtherGPUPluginsShare {
+		bad("otherGPUPlugins", "%q, want %s or %s", c.OtherGPUPlugins, OtherGPUPluginsRefuse, OtherGPUPluginsShare)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)

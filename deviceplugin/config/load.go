@@ -62,6 +62,7 @@ var fields = []field{
 	{"gc-grace-period", "how long a pod must be gone before its directories are removed", dur(func(c *Config) *metav1.Duration { return &c.GCGracePeriod })},
 	{"health-check-interval", "how often every card is queried", dur(func(c *Config) *metav1.Duration { return &c.Health.CheckInterval })},
 	{"health-recover-after", "quiet time after a fatal event before a card is healthy again", dur(func(c *Config) *metav1.Duration { return &c.Health.RecoverAfter })},
+	{"other-gpu-plugins", "beside another GPU device plugin on the node: refuse (serve nothing) or share", str(func(c *Config) *string { return &c.OtherGPUPlugins })},
 	{"health-fatal-xids", "comma-separated XIDs that mark a card unhealthy", func(c *Config, v string) error {
 		c.Health.FatalXIDs = nil
 		for _, s := range strings.Split(v, ",") {

@@ -1,0 +1,119 @@
+package coexist
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func node(capacity map[string]string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", UID: "uid-1"},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}
+	for k, v := range capacity {
+		n.Status.Capacity[corev1.ResourceName(k)] = resource.MustParse(v)
+	}
+	return n
+}
+
+func TestResourcesNameEveryNVIDIAGPUResourceWithCapacity(t *testing.T) {
+	got := Resources(node(map[string]string{
+		"nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "7", "nvidia.com/gpu.shared": "16",
+		"nvidia.com/mig-2g.20gb": "0", // a plugin that left
+		"volcano.sh/vgpu-number": "80", "example.com/fpga": "1",
+	}))
+	want := []string{"nvidia.com/gpu.shared=16", "nvidia.com/gpu=8", "nvidia.com/mig-1g.10gb=7"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Resources = %v, want %v", got, want)
+	}
+	if got := Resources(node(map[string]string{"volcano.sh/vgpu-number": "80"})); len(got) != 0 {
+		t.Fatalf("Tessera's own resource counted as a conflict: %v", got)
+	}
+}
+
+func events(t *testing.T, c *fake.Clientset) []corev1.Event {
+	t.Helper()
+	l, err := c.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// The agent waits while NVIDIA's plugin advertises the cards, says why once (log and
+// a Warning event on the Node), and goes on once the resource is gone.
+func TestWaitClearHoldsTheAgentUntilTheOtherPluginLeaves(t *testing.T) {
+	c := fake.NewClientset(node(map[string]string{"nvidia.com/gpu": "8"}))
+	g := &Guard{Client: c, Node: "gpu-1", Interval: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- g.WaitClear(context.Background()) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitClear returned (%v) while nvidia.com/gpu is advertised", err)
+	default:
+	}
+	evs := events(t, c)
+	if len(evs) != 1 || evs[0].Reason != ReasonConflict || evs[0].Type != corev1.EventTypeWarning ||
+		evs[0].InvolvedObject.Kind != "Node" || !strings.Contains(evs[0].Message, "nvidia.com/gpu=8") ||
+		!strings.Contains(evs[0].Message, "nvidia.com/gpu.deploy.device-plugin=false") {
+		t.Fatalf("want one Warning event on the Node naming nvidia.com/gpu=8 and the GPU Operator's switch, got %+v", evs)
+	}
+
+	// The operator labels the node; NVIDIA's plugin leaves and the kubelet zeroes its resource.
+	if _, err := c.CoreV1().Nodes().Update(context.Background(), node(map[string]string{"nvidia.com/gpu": "0"}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitClear did not return once the other plugin left")
+	}
+	if evs := events(t, c); len(evs) != 2 || evs[1].Reason != ReasonCleared {
+		t.Fatalf("want a Normal event when the conflict clears, got %+v", evs)
+	}
+}
+
+func TestShareServesBesideTheOtherPlugin(t *testing.T) {
+	c := fake.NewClientset(node(map[string]string{"nvidia.com/gpu": "8"}))
+	g := &Guard{Client: c, Node: "gpu-1", Share: true, Interval: 10 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := g.WaitClear(ctx); err != nil {
+		t.Fatalf("WaitClear with Share: %v", err)
+	}
+	if evs := events(t, c); len(evs) != 0 {
+		t.Fatalf("sharing as configured posted events: %+v", evs)
+	}
+}
+
+// A plugin that appears while the agent serves stops it (the DaemonSet restarts it
+// into WaitClear).
+func TestWatchStopsTheAgentWhenAnotherPluginAppears(t *testing.T) {
+	c := fake.NewClientset(node(nil))
+	g := &Guard{Client: c, Node: "gpu-1", Interval: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- g.Watch(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := c.CoreV1().Nodes().Update(context.Background(), node(map[string]string{"nvidia.com/mig-1g.10gb": "7"}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "nvidia.com/mig-1g.10gb=7") {
+			t.Fatalf("Watch = %v, want ErrConflict naming the MIG resource", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not notice the other plugin")
+	}
+}
