@@ -28,6 +28,7 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/util/assert"
 
 	// Tessera's plugins register themselves under their conf names.
+	"github.com/tessera-gpu/tessera/internal/buildinfo"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
@@ -49,6 +50,8 @@ func main() {
 	cliflag.InitFlags()
 
 	if s.PrintVersion {
+		// Tessera's build first, then the Volcano release it is built on.
+		fmt.Println(buildinfo.String("vc-scheduler"))
 		version.PrintVersionAndExit()
 		return
 	}
