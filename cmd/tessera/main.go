@@ -6,16 +6,19 @@
 //	tessera explain POD              why a pending vGPU pod does not fit, node by node
 //	tessera report --html FILE       a self-contained HTML card map
 //	tessera simulate [-f scenario]   the vgpu plugin inside Volcano's scheduler, no API server
+//	tessera version                  this build's version and commit
+//	tessera completion bash|zsh      a shell completion script
 //
+// -h or --help, after the tool or any command, prints its help on stdout and exits 0.
 // Every command takes -o json. The cluster commands live in package cli.
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"k8s.io/klog/v2"
@@ -27,29 +30,22 @@ import (
 
 func main() {
 	quietinit.Restore()
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprint(os.Stderr, cli.Usage)
-		os.Exit(2)
-	}
-	cmd, args := os.Args[1], os.Args[2:]
-	var err error
-	if cmd == "simulate" {
-		err = simulateMain(args)
-	} else {
-		err = cli.Run(context.Background(), cli.DefaultEnv(), cmd, args)
-	}
-	if errors.Is(err, cli.ErrUsage) {
-		fmt.Fprintf(os.Stderr, "tessera %s: %v\n\n%s", cmd, err, cli.Usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tessera %s: %v\n", cmd, err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Main(context.Background(), cli.DefaultEnv(), os.Args[1:], cli.Command{
+		Name:    "simulate",
+		Summary: "run the vgpu plugin inside Volcano's scheduler on a described cluster (no API server)",
+		Help:    simulateHelp,
+		Run:     func(_ context.Context, _ cli.Env, args []string) error { return simulateMain(args) },
+	}))
 }
 
+const simulateHelp = `Flags:
+  -f FILE        scenario file (YAML); the embedded default when empty
+  -o text|json   output format (default text)
+`
+
 func simulateMain(args []string) error {
-	fs := flag.NewFlagSet("simulate", flag.ExitOnError)
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // a bad flag is returned as a usage error, with simulateHelp
 	file := fs.String("f", "", "scenario file (YAML); the embedded default when empty")
 	out := fs.String("o", "text", "output format: text or json")
 	klog.InitFlags(fs)
