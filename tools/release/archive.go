@@ -163,7 +163,7 @@ func readArchive(file, tmp string) (v1.Image, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", file, err)
 		}
-		name := filepath.Join(dir, filepath.FromSlash(path.Clean("/" + h.Name)))
+		name := filepath.Join(dir, filepath.FromSlash(path.Clean("/"+h.Name)))
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = os.MkdirAll(name, 0o755)

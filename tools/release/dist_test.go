@@ -81,9 +81,9 @@ func TestKrewManifestNamesEachPlatformsArchiveAndDigest(t *testing.T) {
 		Spec struct {
 			Version   string
 			Platforms []struct {
-				Selector struct{ MatchLabels map[string]string } `json:"selector"`
-				URI, Sha256, Bin                                 string
-				Files                                            []struct{ From, To string }
+				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, Sha256, Bin string
+				Files            []struct{ From, To string }
 			}
 		}
 	}

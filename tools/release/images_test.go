@@ -54,8 +54,12 @@ func TestChartDefaultsNameTheBuiltImages(t *testing.T) {
 		AppVersion string `json:"appVersion"`
 	}
 	var values struct {
-		Scheduler    struct{ Image struct{ Repository, Tag string } } `json:"scheduler"`
-		DevicePlugin struct{ Image struct{ Repository, Tag string } } `json:"devicePlugin"`
+		Scheduler struct {
+			Image struct{ Repository, Tag string }
+		} `json:"scheduler"`
+		DevicePlugin struct {
+			Image struct{ Repository, Tag string }
+		} `json:"devicePlugin"`
 	}
 	for file, into := range map[string]any{"Chart.yaml": &meta, "values.yaml": &values} {
 		b, err := os.ReadFile(filepath.Join(chart, file))
