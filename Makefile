@@ -7,23 +7,24 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: images image-debs image-test push release-tool
+.PHONY: images image-debs image-test push release release-tool
 .PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
 
 all: build
 
 build: build-go vgpu-core
 
+# -trimpath: the same compiled packages as make images, which then only links.
 build-go:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
 	ln -sf tessera $(BIN)/kubectl-tessera
 
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
 ## test: everything CI runs: lint, Go unit/integration tests, the race detector on the
-## concurrent node agent, short fuzzing, vgpu-core's C suite.
-test: lint test-go test-race fuzz test-vgpu-core chart-test
+## concurrent node agent, short fuzzing, vgpu-core's C suite, the chart, the images.
+test: lint test-go test-race fuzz test-vgpu-core chart-test image-test
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
@@ -109,8 +110,8 @@ IMAGE_FLAGS       ?=
 DEB_DIR           := build/.debs
 RELEASE_TOOL      := $(BIN)/release
 RELEASE_FLAGS      = --root $(CURDIR) --version $(VERSION) --revision $(REVISION) --created $(SOURCE_DATE_EPOCH) \
-	--repository $(IMAGE_REPOSITORY) --debs $(DEB_DIR) --lock build/image-packages.lock \
-	--libvgpu amd64=vgpu-core/build/libvgpu.so $(IMAGE_FLAGS)
+	--repository $(IMAGE_REPOSITORY) --debs $(abspath $(DEB_DIR)) --lock $(CURDIR)/build/image-packages.lock \
+	--libvgpu amd64=$(CURDIR)/vgpu-core/build/libvgpu.so $(IMAGE_FLAGS)
 
 release-tool:
 	cd tools/release && $(GO) build -o $(CURDIR)/$(RELEASE_TOOL) .
@@ -131,10 +132,25 @@ image-debs:
 images: release-tool image-debs vgpu-core
 	$(RELEASE_TOOL) images --out $(IMAGES_DIR) $(RELEASE_FLAGS)
 
+## image-test: the images' checks (tools/release): archive format, push to an in-process registry, every
+## entrypoint run from its image's root file system (chroot, root needed), the chart's default references,
+## and a second build compared byte for byte with the first.
+image-test: images
+	cd tools/release && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 -timeout 30m ./... \
+		-args -images=$(abspath $(IMAGES_DIR)) -build-flags="$(RELEASE_FLAGS)"
+
 ## push: the images to REGISTRY (e.g. make push REGISTRY=registry.example.com/tessera), one multi-arch index each.
 push: images
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/tessera [INSECURE=1]"; exit 2; }
 	$(RELEASE_TOOL) push --out $(IMAGES_DIR) --registry $(REGISTRY) $(if $(INSECURE),--insecure)
+
+## release: a release in dist/ (emptied first): tessera and the kubectl-tessera krew packages for linux/darwin x
+## amd64/arm64, vc-scheduler (linux amd64/arm64), vgpu-device-plugin (linux/amd64), the image archives
+## (dist/images), the chart packaged at VERSION (tessera-VERSION.tgz), the krew manifest (tessera.yaml), SHA256SUMS.
+release:
+	rm -rf dist
+	$(MAKE) images VERSION=$(VERSION) IMAGES_DIR=dist/images
+	$(RELEASE_TOOL) dist --dist dist --images dist/images $(RELEASE_FLAGS)
 
 clean:
 	rm -rf $(BIN)

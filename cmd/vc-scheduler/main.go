@@ -4,6 +4,7 @@
 package main
 
 import (
+	goflag "flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -47,6 +48,14 @@ func main() {
 	componentbaseoptions.BindLeaderElectionFlags(&s.LeaderElection, fs)
 	s.RegisterOptions()
 
+	// --help is not an error: the flags on stdout and exit 0 (pflag's ExitOnError exits 2).
+	for _, a := range os.Args[1:] {
+		if a == "-h" || a == "--help" {
+			fs.AddGoFlagSet(goflag.CommandLine)
+			fmt.Printf("Usage of vc-scheduler:\n%s", fs.FlagUsages())
+			return
+		}
+	}
 	cliflag.InitFlags()
 
 	if s.PrintVersion {

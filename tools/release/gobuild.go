@@ -37,8 +37,13 @@ func goBuild(o *buildOptions, prog program, goos, goarch, dir string) (string, e
 		"-X", buildinfoPkg + ".Revision=" + o.Revision,
 	}
 	if prog == scheduler {
-		// Volcano's own --version lines (printed after Tessera's).
-		ldflags = append(ldflags, "-X", "volcano.sh/volcano/pkg/version.Built="+o.Created.UTC().Format(time.RFC3339))
+		// Volcano's own --version lines (printed after Tessera's): the release of Volcano it is built on.
+		v, err := exec.Command("go", "list", "-C", o.Root, "-m", "-f", "{{.Version}}", "volcano.sh/volcano").Output()
+		if err != nil {
+			return "", fmt.Errorf("go list -m volcano.sh/volcano: %w", err)
+		}
+		ldflags = append(ldflags, "-X", "volcano.sh/volcano/pkg/version.Version="+strings.TrimSpace(string(v)),
+			"-X", "volcano.sh/volcano/pkg/version.Built="+o.Created.UTC().Format(time.RFC3339))
 	}
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", strings.Join(ldflags, " "), "-o", out, prog.Pkg}
 	cmd := exec.Command("go", args...)
