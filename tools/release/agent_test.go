@@ -68,6 +68,7 @@ current-context: none
 			}
 			log = append(log, l)
 			if strings.Contains(l, `"Discovered cards" count=1`) {
+				t.Logf("the image's agent: %s", l)
 				if !strings.Contains(l, `driver="999.99"`) {
 					t.Errorf("discovered without the driver version: %s", l)
 				}
