@@ -101,9 +101,13 @@ demo:
 # VERSION defaults to the chart's appVersion, so the chart's default image references are what
 # `make images` writes; every file and timestamp comes from the commit, so two builds of one
 # commit give the same digests.
+# Read once per make run (:=), so a build and its check always agree on them.
 VERSION           ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' charts/tessera/Chart.yaml)
 REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+VERSION           := $(VERSION)
+REVISION          := $(REVISION)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
 IMAGE_REPOSITORY  ?= ghcr.io/tessera-gpu
 IMAGES_DIR        ?= dist/images
 IMAGE_FLAGS       ?=
@@ -149,7 +153,7 @@ push: images
 ## (dist/images), the chart packaged at VERSION (tessera-VERSION.tgz), the krew manifest (tessera.yaml), SHA256SUMS.
 release:
 	rm -rf dist
-	$(MAKE) images VERSION=$(VERSION) IMAGES_DIR=dist/images
+	$(MAKE) images VERSION=$(VERSION) REVISION=$(REVISION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGES_DIR=dist/images
 	$(RELEASE_TOOL) dist --dist dist --images dist/images $(RELEASE_FLAGS)
 
 clean:
