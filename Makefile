@@ -7,22 +7,24 @@ BIN       := bin
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
+.PHONY: images image-debs image-test push release release-tool
 .PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
 
 all: build
 
 build: build-go vgpu-core
 
+# -trimpath: the same compiled packages as make images, which then only links.
 build-go:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
 	ln -sf tessera $(BIN)/kubectl-tessera
 
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
 ## test: everything CI runs: lint, Go unit/integration tests, the race detector on every
-## package, short fuzzing, vgpu-core's C suite.
-test: lint test-go test-race fuzz test-vgpu-core chart-test
+## package, short fuzzing, vgpu-core's C suite, the chart, the images.
+test: lint test-go test-race fuzz test-vgpu-core chart-test image-test
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
@@ -94,6 +96,65 @@ e2e:
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:
 	cd e2e && $(GO) build -o .cache/bin/demo ./cmd/demo && .cache/bin/demo $(if $(KEEP),--keep) $(DEMO_FLAGS)
+
+## Images and releases (tools/release, its own module: go-containerregistry stays out of go.mod).
+# VERSION defaults to the chart's appVersion, so the chart's default image references are what
+# `make images` writes; every file and timestamp comes from the commit, so two builds of one
+# commit give the same digests.
+# Read once per make run (:=), so a build and its check always agree on them.
+VERSION           ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"* *$$/\1/p' charts/tessera/Chart.yaml)
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+VERSION           := $(VERSION)
+REVISION          := $(REVISION)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
+IMAGE_REPOSITORY  ?= ghcr.io/tessera-gpu
+IMAGES_DIR        ?= dist/images
+IMAGE_FLAGS       ?=
+DEB_DIR           := build/.debs
+RELEASE_TOOL      := $(BIN)/release
+RELEASE_FLAGS      = --root $(CURDIR) --version $(VERSION) --revision $(REVISION) --created $(SOURCE_DATE_EPOCH) \
+	--repository $(IMAGE_REPOSITORY) --debs $(abspath $(DEB_DIR)) --lock $(CURDIR)/build/image-packages.lock \
+	--libvgpu amd64=$(CURDIR)/vgpu-core/build/libvgpu.so $(IMAGE_FLAGS)
+
+release-tool:
+	cd tools/release && $(GO) build -o $(CURDIR)/$(RELEASE_TOOL) .
+
+## image-debs: the Debian packages of build/image-packages.lock, into build/.debs (checked by sha256 when used).
+image-debs:
+	@mkdir -p $(DEB_DIR)
+	@grep -v '^#' build/image-packages.lock | while read n v a s; do \
+		[ -n "$$n" ] || continue; \
+		f=$(DEB_DIR)/$${n}_$$(echo "$$v" | sed 's/:/%3a/')_$$a.deb; [ -f "$$f" ] && continue; \
+		( cd $(DEB_DIR) && { apt-get download -q "$$n:$$a=$$v" 2>/dev/null || \
+			{ apt-get update -qq && apt-get download -q "$$n:$$a=$$v"; }; } ) || \
+		{ echo "cannot download $$n $$v ($$a): Debian may have replaced it; update build/image-packages.lock"; exit 1; }; \
+	done
+
+## images: OCI image archives of vc-scheduler (amd64, arm64) and vgpu-device-plugin (amd64) into dist/images,
+## without a Docker engine; dist/images/images.json lists them with their digests.
+images: release-tool image-debs vgpu-core
+	$(RELEASE_TOOL) images --out $(IMAGES_DIR) $(RELEASE_FLAGS)
+
+## image-test: the images' checks (tools/release): archive format, push to an in-process registry, every
+## entrypoint run from its image's root file system (chroot, root needed), the chart's default references,
+## and a second build compared byte for byte with the first.
+image-test: images
+	cd tools/release && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 -timeout 30m ./... \
+		-args -images=$(abspath $(IMAGES_DIR)) -build-flags="$(RELEASE_FLAGS)"
+
+## push: the images to REGISTRY (e.g. make push REGISTRY=registry.example.com/tessera), one multi-arch index each.
+push: images
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/tessera [INSECURE=1]"; exit 2; }
+	$(RELEASE_TOOL) push --out $(IMAGES_DIR) --registry $(REGISTRY) $(if $(INSECURE),--insecure)
+
+## release: a release in dist/ (emptied first): tessera and the kubectl-tessera krew packages for linux/darwin x
+## amd64/arm64, vc-scheduler (linux amd64/arm64), vgpu-device-plugin (linux/amd64), the image archives
+## (dist/images), the chart packaged at VERSION (tessera-VERSION.tgz), the krew manifest (tessera.yaml), SHA256SUMS.
+release:
+	rm -rf dist
+	$(MAKE) images VERSION=$(VERSION) REVISION=$(REVISION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGES_DIR=dist/images
+	$(RELEASE_TOOL) dist --dist dist --images dist/images $(RELEASE_FLAGS)
 
 clean:
 	rm -rf $(BIN)

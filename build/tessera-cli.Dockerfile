@@ -13,9 +13,15 @@ COPY plugins/ plugins/
 COPY cli/ cli/
 COPY cmd/tessera/ cmd/tessera/
 COPY cmd/tessera-simulate/ cmd/tessera-simulate/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera ./cmd/tessera
+ARG VERSION=dev
+ARG REVISION=unknown
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -X github.com/tessera-gpu/tessera/internal/buildinfo.Version=${VERSION} -X github.com/tessera-gpu/tessera/internal/buildinfo.Revision=${REVISION}" \
+      -o /out/tessera ./cmd/tessera
 # `tessera simulate` runs tessera-simulate from beside it (it links Volcano's scheduler; tessera does not).
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/tessera-simulate ./cmd/tessera-simulate
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -X github.com/tessera-gpu/tessera/internal/buildinfo.Version=${VERSION} -X github.com/tessera-gpu/tessera/internal/buildinfo.Revision=${REVISION}" \
+      -o /out/tessera-simulate ./cmd/tessera-simulate
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tessera /usr/bin/tessera

@@ -1,20 +1,44 @@
-# Tessera's vc-scheduler: Volcano v1.10.0's scheduler with the vgpu plugin compiled in.
-# Build from the repository root:
-#   docker build -f build/vc-scheduler.Dockerfile -t ghcr.io/tessera-gpu/vc-scheduler:<tag> .
+# Tessera's vc-scheduler: Volcano v1.14.1's scheduler with the vgpu plugin compiled in.
+# The same image contents as `make images` (tools/release), for those who build with
+# Docker/BuildKit. `make images` is the path tested in CI; this file is checked for
+# paths only (charts/test). From the repository root:
+#   docker buildx build -f build/vc-scheduler.Dockerfile --platform linux/amd64,linux/arm64 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
+#     -t <registry>/vc-scheduler:0.1.0 .
 ARG GO_VERSION=1.24
-FROM golang:${GO_VERSION}-bookworm AS build
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+ARG TARGETOS=linux
+ARG TARGETARCH=amd64
+ARG VERSION=dev
+ARG REVISION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY placement/ placement/
 COPY pluginargs/ pluginargs/
+COPY internal/ internal/
 COPY plugins/ plugins/
 COPY cmd/vc-scheduler/ cmd/vc-scheduler/
 # Static binary: the scheduler needs no C library.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/vc-scheduler ./cmd/vc-scheduler
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -buildid= -X github.com/tessera-gpu/tessera/internal/buildinfo.Version=${VERSION} -X github.com/tessera-gpu/tessera/internal/buildinfo.Revision=${REVISION}" \
+      -o /rootfs/usr/bin/vc-scheduler ./cmd/vc-scheduler
+# The users and directories every Tessera image has (tools/release/images.go, usersFS).
+RUN mkdir -p /rootfs/etc /rootfs/root /rootfs/home/nonroot /rootfs/tmp \
+ && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >/rootfs/etc/passwd \
+ && printf 'root:x:0:\nnonroot:x:65532:\n' >/rootfs/etc/group \
+ && chmod 0700 /rootfs/root /rootfs/home/nonroot && chown 65532:65532 /rootfs/home/nonroot && chmod 1777 /rootfs/tmp
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/vc-scheduler /vc-scheduler
+FROM scratch
+ARG VERSION=dev
+ARG REVISION=unknown
+COPY --from=build /rootfs/ /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 USER 65532:65532
-ENTRYPOINT ["/vc-scheduler"]
+LABEL org.opencontainers.image.title=vc-scheduler \
+      org.opencontainers.image.source=https://github.com/tessera-gpu/tessera \
+      org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.revision=${REVISION} \
+      org.opencontainers.image.licenses=NOASSERTION
+ENTRYPOINT ["/usr/bin/vc-scheduler"]

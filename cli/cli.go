@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,17 +19,8 @@ import (
 	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
-// Usage is the command summary shared by `tessera` and `kubectl tessera`.
-const Usage = `usage: tessera <command> [flags]
-
-Commands (also run as "kubectl tessera <command>"):
-  nodes                 cards per node: model, memory used/total, cores used, QoS pool, health, pods
-  pod NAME              a pod's cards and where the node handoff stands
-  explain POD           why a pending vGPU pod does not fit, node by node (the scheduler's own engine)
-  report --html FILE    a self-contained HTML card map
-  simulate              run the vgpu plugin inside Volcano's scheduler on a described cluster (no API server)
-
-Flags of the cluster commands:
+// clusterFlags is the help text of the flags every cluster command takes.
+const clusterFlags = `Flags of the cluster commands (nodes, pod, explain, report):
   -o, --output text|json         output format (default text)
   -n, --namespace NS             namespace of the pod (default: the kubeconfig context's)
       --kubeconfig PATH          kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)
@@ -76,48 +68,148 @@ type options struct {
 	output, namespace, kubeconfig, context, conf, confMap, html string
 }
 
-// Run executes one cluster command (nodes, pod, explain, report).
-func Run(ctx context.Context, env Env, command string, args []string) error {
-	switch command {
-	case "nodes", "pod", "explain", "report":
-	default:
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, command)
+// clusterCommand is one command that reads the cluster: its own flags and arguments,
+// and the view it makes of a snapshot. Run does the rest the same way for each.
+type clusterCommand struct {
+	name, args, summary string
+	// podArg: the command takes exactly one pod name; otherwise none.
+	podArg bool
+	flags  func(fs *pflag.FlagSet, o *options)
+	check  func(o options) error
+	view   func(ctx context.Context, env Env, c *clusterRun) (view any, text func(io.Writer) error, err error)
+}
+
+// clusterRun is what a command's view gets: the parsed flags, the client, the snapshot.
+type clusterRun struct {
+	o      options
+	ns     string
+	pos    []string
+	client kubernetes.Interface
+	snap   *Snapshot
+}
+
+var clusterCommands = []clusterCommand{
+	{name: "nodes", summary: "cards per node: model, memory used/total, cores used, QoS pool, health, pods",
+		view: func(_ context.Context, _ Env, c *clusterRun) (any, func(io.Writer) error, error) {
+			nodes := c.snap.NodesView()
+			return nodes, func(w io.Writer) error { return WriteNodesTable(w, nodes) }, nil
+		}},
+	{name: "pod", args: "NAME", podArg: true, summary: "a pod's cards and where the node handoff stands",
+		view: func(ctx context.Context, _ Env, c *clusterRun) (any, func(io.Writer) error, error) {
+			pod, err := c.pod(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			v := c.snap.PodView(pod)
+			return v, func(w io.Writer) error { return WritePod(w, v) }, nil
+		}},
+	{name: "explain", args: "POD", podArg: true, summary: "why a pending vGPU pod does not fit, node by node (the scheduler's own engine)",
+		view: func(ctx context.Context, _ Env, c *clusterRun) (any, func(io.Writer) error, error) {
+			pod, err := c.pod(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			v := c.snap.Explain(pod)
+			return v, func(w io.Writer) error { return WriteExplain(w, v) }, nil
+		}},
+	{name: "report", args: "--html FILE", summary: "a self-contained HTML card map",
+		flags: func(fs *pflag.FlagSet, o *options) {
+			fs.StringVar(&o.html, "html", "", "write the HTML card map to this file")
+		},
+		check: func(o options) error {
+			if o.html == "" && o.output != "json" {
+				return fmt.Errorf("%w: report needs --html FILE (or -o json)", ErrUsage)
+			}
+			return nil
+		},
+		view: func(_ context.Context, env Env, c *clusterRun) (any, func(io.Writer) error, error) {
+			r := BuildReport(c.snap.NodesView(), c.snap.Now)
+			if c.o.html == "" {
+				return r, nil, nil
+			}
+			if err := writeFile(c.o.html, func(w io.Writer) error { return WriteReport(w, r) }); err != nil {
+				return nil, nil, err
+			}
+			return r, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "wrote %s: %d nodes, %d cards\n", c.o.html, r.Totals.Nodes, r.Totals.Cards)
+				return err
+			}, nil
+		}},
+}
+
+func findClusterCommand(name string) *clusterCommand {
+	for i := range clusterCommands {
+		if clusterCommands[i].name == name {
+			return &clusterCommands[i]
+		}
 	}
-	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	var o options
+	return nil
+}
+
+// flagSet is the command's flags: the shared cluster flags, then its own.
+func (c *clusterCommand) flagSet(o *options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
 	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
 	fs.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the pod")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path")
 	fs.StringVar(&o.context, "context", "", "kubeconfig context")
 	fs.StringVar(&o.conf, "scheduler-conf", "", "volcano-scheduler.conf to read the vgpu arguments from")
 	fs.StringVar(&o.confMap, "scheduler-configmap", "", "NAMESPACE/NAME of the ConfigMap holding volcano-scheduler.conf")
-	if command == "report" {
-		fs.StringVar(&o.html, "html", "", "write the HTML card map to this file")
+	if c.flags != nil {
+		c.flags(fs, o)
 	}
+	return fs
+}
+
+// pod is the pod the command names: from the snapshot, or fetched when it has finished.
+func (c *clusterRun) pod(ctx context.Context) (*corev1.Pod, error) {
+	if pod := c.snap.FindPod(c.ns, c.pos[0]); pod != nil {
+		return pod, nil
+	}
+	// Succeeded and failed pods are not in the snapshot; fetch directly.
+	p, err := c.client.CoreV1().Pods(c.ns).Get(ctx, c.pos[0], metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", c.ns, c.pos[0], err)
+	}
+	return p, nil
+}
+
+// Run executes one cluster command (nodes, pod, explain, report).
+func Run(ctx context.Context, env Env, command string, args []string) error {
+	c := findClusterCommand(command)
+	if c == nil {
+		return fmt.Errorf("%w: unknown command %q", ErrUsage, command)
+	}
+	var o options
+	fs := c.flagSet(&o)
+	fs.SetOutput(io.Discard) // errors are returned; --help is answered before Run
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("%w: -o %q: want text or json", ErrUsage, o.output)
 	}
-	pos := fs.Args()
-	needPod := command == "pod" || command == "explain"
-	if needPod && len(pos) != 1 || !needPod && len(pos) != 0 {
-		return fmt.Errorf("%w: %s takes %s", ErrUsage, command, map[bool]string{true: "one pod name", false: "no arguments"}[needPod])
+	r := &clusterRun{o: o, pos: fs.Args()}
+	if c.podArg && len(r.pos) != 1 {
+		return fmt.Errorf("%w: %s takes one pod name", ErrUsage, command)
+	} else if !c.podArg && len(r.pos) != 0 {
+		return fmt.Errorf("%w: %s takes no arguments", ErrUsage, command)
 	}
-	if command == "report" && o.html == "" && o.output != "json" {
-		return fmt.Errorf("%w: report needs --html FILE (or -o json)", ErrUsage)
+	if c.check != nil {
+		if err := c.check(o); err != nil {
+			return err
+		}
 	}
 	client, ns, err := env.Client(o.kubeconfig, o.context)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	r.client, r.ns = client, ns
 	if o.namespace != "" {
-		ns = o.namespace
+		r.ns = o.namespace
 	}
-	if ns == "" {
-		ns = "default"
+	if r.ns == "" {
+		r.ns = "default"
 	}
 	args2, err := vgpuArgs(ctx, client, o)
 	var bad *pluginargs.InvalidError
@@ -126,47 +218,12 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 	} else if err != nil {
 		return err
 	}
-	snap, err := Load(ctx, client, args2, env.Now())
-	if err != nil {
+	if r.snap, err = Load(ctx, client, args2, env.Now()); err != nil {
 		return err
 	}
-	var view any
-	var text func(io.Writer) error
-	switch command {
-	case "nodes":
-		nodes := snap.NodesView()
-		view, text = nodes, func(w io.Writer) error { return WriteNodesTable(w, nodes) }
-	case "pod", "explain":
-		pod := snap.FindPod(ns, pos[0])
-		if pod == nil {
-			// Succeeded and failed pods are not in the snapshot; fetch directly.
-			p, err := client.CoreV1().Pods(ns).Get(ctx, pos[0], metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("pod %s/%s: %w", ns, pos[0], err)
-			}
-			pod = p
-		}
-		if command == "pod" {
-			v := snap.PodView(pod)
-			view, text = v, func(w io.Writer) error { return WritePod(w, v) }
-		} else {
-			v := snap.Explain(pod)
-			view, text = v, func(w io.Writer) error { return WriteExplain(w, v) }
-		}
-	case "report":
-		r := BuildReport(snap.NodesView(), snap.Now)
-		if o.html != "" {
-			if err := writeFile(o.html, func(w io.Writer) error { return WriteReport(w, r) }); err != nil {
-				return err
-			}
-			if o.output != "json" {
-				fmt.Fprintf(env.Stdout, "wrote %s: %d nodes, %d cards\n", o.html, r.Totals.Nodes, r.Totals.Cards)
-				return nil
-			}
-		}
-		view = r
-	default:
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, command)
+	view, text, err := c.view(ctx, env, r)
+	if err != nil {
+		return err
 	}
 	if o.output == "json" {
 		enc := json.NewEncoder(env.Stdout)

@@ -19,7 +19,7 @@ func TestDockerfilesReferOnlyToWhatExists(t *testing.T) {
 		t.Fatalf("found %d Dockerfiles under build/, want vc-scheduler, vgpu-device-plugin and tessera-cli", len(files))
 	}
 	copyRe := regexp.MustCompile(`^COPY\s+(--from=(\S+)\s+)?(.+)\s+(\S+)$`)
-	fromRe := regexp.MustCompile(`^FROM\s+\S+(\s+AS\s+(\S+))?$`)
+	fromRe := regexp.MustCompile(`^FROM\s+(?:--platform=\S+\s+)?\S+(\s+AS\s+(\S+))?$`)
 	buildRe := regexp.MustCompile(`go build .* (\./cmd/\S+)`)
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -23,7 +23,7 @@ import (
 func main() {
 	err := simulateMain(os.Args[1:])
 	if errors.Is(err, cli.ErrUsage) {
-		fmt.Fprintf(os.Stderr, "tessera simulate: %v\n\n%s", err, cli.Usage)
+		fmt.Fprintf(os.Stderr, "tessera simulate: %v\n\nusage: tessera simulate [-f FILE] [-o text|json]\n", err)
 		os.Exit(2)
 	}
 	if err != nil {

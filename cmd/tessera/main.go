@@ -6,7 +6,10 @@
 //	tessera explain POD              why a pending vGPU pod does not fit, node by node
 //	tessera report --html FILE       a self-contained HTML card map
 //	tessera simulate [-f scenario]   the vgpu plugin inside Volcano's scheduler, no API server
+//	tessera version                  this build's version and commit
+//	tessera completion bash|zsh      a shell completion script
 //
+// -h or --help, after the tool or any command, prints its help on stdout and exits 0.
 // Every command takes -o json. The cluster commands live in package cli; simulate is
 // the command tessera-simulate, run from beside this one, so that the CLI links no
 // Volcano package.
@@ -19,29 +22,32 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 
 	"github.com/tessera-gpu/tessera/cli"
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprint(os.Stderr, cli.Usage)
-		os.Exit(2)
+	args := os.Args[1:]
+	// simulate hands its arguments to tessera-simulate, which reports its own errors and
+	// exit code; its help comes from the command table like every other command's.
+	if len(args) > 0 && args[0] == "simulate" && !slices.ContainsFunc(args[1:], isHelpFlag) {
+		os.Exit(simulate(args[1:]))
 	}
-	cmd, args := os.Args[1], os.Args[2:]
-	if cmd == "simulate" {
-		os.Exit(simulate(args))
-	}
-	err := cli.Run(context.Background(), cli.DefaultEnv(), cmd, args)
-	if errors.Is(err, cli.ErrUsage) {
-		fmt.Fprintf(os.Stderr, "tessera %s: %v\n\n%s", cmd, err, cli.Usage)
-		os.Exit(2)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tessera %s: %v\n", cmd, err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Main(context.Background(), cli.DefaultEnv(), args, cli.Command{
+		Name:    "simulate",
+		Summary: "run the vgpu plugin inside Volcano's scheduler on a described cluster (no API server)",
+		Help:    simulateHelp,
+		Run:     func(_ context.Context, _ cli.Env, args []string) error { return nil }, // never reached: see above
+	}))
 }
+
+const simulateHelp = `Flags:
+  -f FILE        scenario file (YAML); the embedded default when empty
+  -o text|json   output format (default text)
+`
+
+func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
 // simulator is the command that runs simulate.
 const simulator = "tessera-simulate"

@@ -4,6 +4,7 @@
 package main
 
 import (
+	goflag "flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -28,6 +29,7 @@ import (
 	_ "volcano.sh/volcano/pkg/scheduler/util/assert"
 
 	// Tessera's plugins register themselves under their conf names.
+	"github.com/tessera-gpu/tessera/internal/buildinfo"
 	"github.com/tessera-gpu/tessera/plugins/vgpu"
 )
 
@@ -46,9 +48,19 @@ func main() {
 	componentbaseoptions.BindLeaderElectionFlags(&s.LeaderElection, fs)
 	s.RegisterOptions()
 
+	// --help is not an error: the flags on stdout and exit 0 (pflag's ExitOnError exits 2).
+	for _, a := range os.Args[1:] {
+		if a == "-h" || a == "--help" {
+			fs.AddGoFlagSet(goflag.CommandLine)
+			fmt.Printf("Usage of vc-scheduler:\n%s", fs.FlagUsages())
+			return
+		}
+	}
 	cliflag.InitFlags()
 
 	if s.PrintVersion {
+		// Tessera's build first, then the Volcano release it is built on.
+		fmt.Println(buildinfo.String("vc-scheduler"))
 		version.PrintVersionAndExit()
 		return
 	}

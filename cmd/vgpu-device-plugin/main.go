@@ -4,24 +4,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/agent"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/internal/buildinfo"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(buildinfo.String("vgpu-device-plugin"))
+		return
+	}
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	cfg, err := config.Load(os.Args[1:], os.LookupEnv, klogFlags)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Print(config.Usage(klogFlags))
+		return
+	}
 	if err != nil {
 		klog.ErrorS(err, "Bad configuration")
 		os.Exit(2)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -94,5 +96,17 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestHelpIsNotAConfigurationError(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		_, err := Load([]string{arg}, func(string) (string, bool) { return "", false })
+		if !errors.Is(err, pflag.ErrHelp) || errors.Is(err, ErrInvalid) {
+			t.Errorf("Load(%s) = %v, want pflag.ErrHelp and not ErrInvalid", arg, err)
+		}
+	}
+	if u := Usage(); !strings.Contains(u, "--config") || !strings.Contains(u, "--node-name") {
+		t.Errorf("Usage() lacks --config or --node-name:\n%s", u)
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	goflag "flag"
 	"fmt"
 	"os"
@@ -86,17 +87,12 @@ func envName(flag string) string {
 // Load builds the configuration from defaults, the file (--config or TESSERA_DP_CONFIG),
 // the environment and the flags in args, then validates it. Flags of extra (klog's,
 // for instance) are accepted and set as well.
+// With -h or --help it returns pflag.ErrHelp and prints nothing: the caller prints Usage.
 func Load(args []string, getenv func(string) (string, bool), extra ...*goflag.FlagSet) (*Config, error) {
-	fs := pflag.NewFlagSet("vgpu-device-plugin", pflag.ContinueOnError)
-	for _, x := range extra {
-		fs.AddGoFlagSet(x)
-	}
-	configPath := fs.String("config", "", "versioned config file (env "+EnvPrefix+"CONFIG)")
-	values := make([]*string, len(fields))
-	for i, f := range fields {
-		values[i] = fs.String(f.flag, "", f.usage+" (env "+envName(f.flag)+")")
-	}
-	if err := fs.Parse(args); err != nil {
+	fs, configPath, values := flagSet(extra)
+	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
+		return nil, err
+	} else if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	c := Default()
@@ -127,6 +123,26 @@ func Load(args []string, getenv func(string) (string, bool), extra ...*goflag.Fl
 		}
 	}
 	return c, c.Validate()
+}
+
+// Usage is the agent's flag summary (with the flags of extra), for --help.
+func Usage(extra ...*goflag.FlagSet) string {
+	fs, _, _ := flagSet(extra)
+	return "Usage: vgpu-device-plugin [flags]\n\nFlags (each also settable by its environment variable or the --config file):\n" + fs.FlagUsages()
+}
+
+func flagSet(extra []*goflag.FlagSet) (fs *pflag.FlagSet, configPath *string, values []*string) {
+	fs = pflag.NewFlagSet("vgpu-device-plugin", pflag.ContinueOnError)
+	fs.Usage = func() {} // Load's caller reports errors and prints Usage on --help
+	for _, x := range extra {
+		fs.AddGoFlagSet(x)
+	}
+	configPath = fs.String("config", "", "versioned config file (env "+EnvPrefix+"CONFIG)")
+	values = make([]*string, len(fields))
+	for i, f := range fields {
+		values[i] = fs.String(f.flag, "", f.usage+" (env "+envName(f.flag)+")")
+	}
+	return fs, configPath, values
 }
 
 // loadFile overlays the file on c. The version is checked first, so a newer file is
