@@ -143,7 +143,7 @@ func usage(cmds []Command) string {
 }
 
 func commandHelp(c *Command) string {
-	s := fmt.Sprintf("usage: tessera %s\n\n%s\n", strings.TrimSpace(c.Name+" "+c.Args+" [flags]"), c.Summary)
+	s := fmt.Sprintf("usage: tessera %s\n\n%s\n", strings.Join(strings.Fields(c.Name+" "+c.Args+" [flags]"), " "), c.Summary)
 	if c.Help != "" {
 		s += "\n" + c.Help
 	}
