@@ -1,4 +1,4 @@
-/* What the kit's parent knows while it runs its cases (main.c, cases_mem.c, cases_sm.c). */
+/* What the kit's parent knows while it runs its cases (main.c, cases_mem.c, cases_sm.c); kit.c holds the helpers they share. */
 #ifndef GPUTEST_KIT_H
 #define GPUTEST_KIT_H
 

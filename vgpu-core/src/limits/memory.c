@@ -1,12 +1,15 @@
 #include "memory.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/log.h"
 #include "../process/state.h"
-#include "pools.h"
+
+/* What may give memory back before a reservation is refused (tessera_mem_set_reclaimer). */
+static bool (*_Atomic reclaimer)(void);
 
 /* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -121,11 +124,17 @@ CUresult tessera_mem_reserve(int card, uint64_t bytes)
     if (region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
         return CUDA_SUCCESS;
     /* Before refusing: pools may have given memory back since they were last read. */
-    if (tessera_pools_try_settle() && region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
+    bool (*reclaim)(void) = atomic_load_explicit(&reclaimer, memory_order_acquire);
+    if (reclaim && reclaim() && region_reserve(tessera.region, tessera_slot(), card, bytes, limit))
         return CUDA_SUCCESS;
     TLOG(TLOG_INFO, "refusing %llu bytes on card %d: limit %llu reached", (unsigned long long)bytes, card,
          (unsigned long long)limit);
     return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void tessera_mem_set_reclaimer(bool (*reclaim)(void))
+{
+    atomic_store_explicit(&reclaimer, reclaim, memory_order_release);
 }
 
 void tessera_mem_force(int card, uint64_t bytes)

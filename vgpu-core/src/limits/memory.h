@@ -44,6 +44,12 @@ CUresult tessera_mem_reserve(int card, uint64_t bytes);
 void tessera_mem_unreserve(int card, uint64_t bytes);
 /* Charges bytes whatever the limit: memory the driver already holds (a pool that grew). */
 void tessera_mem_force(int card, uint64_t bytes);
+/*
+ * Names what may give card memory back before a reservation is refused: pools.c registers its
+ * settle at load, so that this file, below it, never calls up into it. reclaim must not block (it is
+ * called from inside a reservation) and returns whether it looked.
+ */
+void tessera_mem_set_reclaimer(bool (*reclaim)(void));
 void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t bytes);
 /* As tessera_mem_track with the owner and aux fields given. */
 void tessera_mem_track_full(const struct mem_record *rec);

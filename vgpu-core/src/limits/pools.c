@@ -164,4 +164,6 @@ static void forget_all_after_fork(void)
 __attribute__((constructor)) static void register_fork_handler(void)
 {
     pthread_atfork(NULL, NULL, forget_all_after_fork);
+    /* Settling pools may give card memory back: memory.c asks before it refuses a reservation. */
+    tessera_mem_set_reclaimer(tessera_pools_try_settle);
 }
