@@ -22,26 +22,34 @@ import (
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
 
-func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// agentOnFakeKubelet starts a fake kubelet (stopped with the test) and loads the
+// agent's configuration for node-a against it, with extra flags.
+func agentOnFakeKubelet(t *testing.T, extra ...string) (*kubeletsim.Kubelet, *config.Config) {
+	t.Helper()
 	sock, err := os.MkdirTemp("", "ag")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(sock)
+	t.Cleanup(func() { os.RemoveAll(sock) })
 	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: sock, Resource: api.ResourceNumber})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
+	t.Cleanup(k.Stop)
 	state := t.TempDir()
-	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
-		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--shares-per-card=4",
-		"--heartbeat-interval=1h"}, func(string) (string, bool) { return "", false })
+	args := append([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
+		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--heartbeat-interval=1h"}, extra...)
+	cfg, err := config.Load(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k, cfg
+}
+
+func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, cfg := agentOnFakeKubelet(t, "--shares-per-card=4")
 	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -122,23 +130,7 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sock, err := os.MkdirTemp("", "ag")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sock)
-	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: sock, Resource: api.ResourceNumber})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	state := t.TempDir()
-	cfg, err := config.Load([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
-		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--heartbeat-interval=1h",
-		"--metrics-address="}, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, cfg := agentOnFakeKubelet(t, "--metrics-address=")
 	withGPU := func(n string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{
 			Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}}
