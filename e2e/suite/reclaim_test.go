@@ -26,16 +26,7 @@ func TestReclaimGivesTheLateQueueItsShareOfCards(t *testing.T) {
 	queue(t, "early", 1)
 	queue(t, "late", 1)
 	card := workload.Container{Name: "main", Cards: 1, MemPct: 50, Cores: 100}
-	submit(t, workload.Job(n, "early", "early", 1, workload.Task{Name: "w", Replicas: 24, Containers: []workload.Container{card}}),
-		workload.Job(n, "early-cpu", "early", 1, workload.Task{Name: "w", Replicas: 2, Containers: []workload.Container{{Name: "main", CPUOnly: true}}}))
-	if _, err := workload.WaitPods(context.Background(), cl.Client, n, "early", 3*time.Minute, workload.AllPhase(24, corev1.PodRunning)); err != nil {
-		t.Fatalf("queue early never filled the cards: %v", err)
-	}
-	cpu, err := workload.WaitPods(context.Background(), cl.Client, n, "early-cpu", time.Minute, workload.AllPhase(2, corev1.PodRunning))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpuUIDs := uids(cpu)
+	cpuUIDs := uids(fillEveryCard(t, n, "early", card))
 
 	start := time.Now()
 	submit(t, workload.Job(n, "late", "late", 12, workload.Task{Name: "w", Replicas: 12, Containers: []workload.Container{card}}))
@@ -87,15 +78,7 @@ func TestReclaimServesAGangThatSharesReclaimedCards(t *testing.T) {
 	queue(t, "share-late", 1)
 	whole := workload.Container{Name: "main", Cards: 1, MemPct: 50, Cores: 100}
 	half := workload.Container{Name: "main", Cards: 1, MemPct: 25, Cores: 50}
-	submit(t, workload.Job(n, "early", "share-early", 1, workload.Task{Name: "w", Replicas: 24, Containers: []workload.Container{whole}}),
-		workload.Job(n, "early-cpu", "share-early", 1, workload.Task{Name: "w", Replicas: 2, Containers: []workload.Container{{Name: "main", CPUOnly: true}}}))
-	if _, err := workload.WaitPods(context.Background(), cl.Client, n, "early", 3*time.Minute, workload.AllPhase(24, corev1.PodRunning)); err != nil {
-		t.Fatalf("queue early never filled the cards: %v", err)
-	}
-	cpu, err := workload.WaitPods(context.Background(), cl.Client, n, "early-cpu", time.Minute, workload.AllPhase(2, corev1.PodRunning))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cpu := fillEveryCard(t, n, "share-early", whole)
 
 	start := time.Now()
 	submit(t, workload.Job(n, "late", "share-late", 8, workload.Task{Name: "w", Replicas: 8, Containers: []workload.Container{half}}))
@@ -145,6 +128,23 @@ func TestReclaimServesAGangThatSharesReclaimedCards(t *testing.T) {
 	}
 	noOvercommit(t)
 	checkHandoff(t, late)
+}
+
+// fillEveryCard has queue run job "early" (24 one-card pods of card, minimum 1: every card
+// of the cluster) and job "early-cpu" (2 CPU-only pods) in namespace n, and returns the
+// CPU-only pods once all are running.
+func fillEveryCard(t *testing.T, n, queue string, card workload.Container) []corev1.Pod {
+	t.Helper()
+	submit(t, workload.Job(n, "early", queue, 1, workload.Task{Name: "w", Replicas: 24, Containers: []workload.Container{card}}),
+		workload.Job(n, "early-cpu", queue, 1, workload.Task{Name: "w", Replicas: 2, Containers: []workload.Container{{Name: "main", CPUOnly: true}}}))
+	if _, err := workload.WaitPods(context.Background(), cl.Client, n, "early", 3*time.Minute, workload.AllPhase(24, corev1.PodRunning)); err != nil {
+		t.Fatalf("queue %s never filled the cards: %v", queue, err)
+	}
+	cpu, err := workload.WaitPods(context.Background(), cl.Client, n, "early-cpu", time.Minute, workload.AllPhase(2, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu
 }
 
 func uids(pods []corev1.Pod) map[string]types.UID {
