@@ -8,15 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -42,7 +41,8 @@ import (
 type Deps struct {
 	NVML   nvml.Interface
 	Client kubernetes.Interface
-	// MetricsListener, when set, serves /metrics instead of listening on cfg.MetricsAddress.
+	// MetricsListener, when set, serves /metrics, /healthz and /readyz instead of
+	// listening on cfg.MetricsAddress.
 	MetricsListener net.Listener
 	// SysfsRoot is where NUMA nodes are read when NVML cannot tell ("/sys" when empty).
 	SysfsRoot string
@@ -57,6 +57,13 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return fmt.Errorf("%w: Init: %v", discovery.ErrNVML, ret)
 	}
 	defer deps.NVML.Shutdown()
+	promReg := prometheus.NewRegistry()
+	ready := newReadiness()
+	if stop, err := serveHTTP(promReg, ready, cfg.MetricsAddress, deps.MetricsListener); err != nil {
+		klog.ErrorS(err, "Metrics and probe endpoint unavailable")
+	} else {
+		defer stop()
+	}
 	sysfs := deps.SysfsRoot
 	if sysfs == "" {
 		sysfs = "/sys"
@@ -77,12 +84,17 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	// Serve nothing (no inventory, no kubelet registration) while another device
 	// plugin hands out these cards, unless told to share them.
 	guard := &coexist.Guard{Client: deps.Client, Node: cfg.NodeName, Share: cfg.OtherGPUPlugins == config.OtherGPUPluginsShare,
-		Interval: deps.CoexistInterval}
+		Interval: deps.CoexistInterval, Report: func(res []string) {
+			if len(res) > 0 {
+				ready.notReady("another device plugin advertises this node's GPUs: " + strings.Join(res, ", "))
+			}
+		}}
 	if err := guard.WaitClear(ctx); err != nil {
 		return err
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	ready.notReady("waiting for the kubelet to accept the device plugin's registration")
 	pods := nodepods.NewInformer(deps.Client, cfg.NodeName)
 	if err := pods.Start(ctx); err != nil {
 		return err
@@ -93,13 +105,12 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	}
 	defer prc.Close()
 	store := &records.Store{Root: cfg.StateDir}
-	promReg := prometheus.NewRegistry()
 	m := metrics.New(promReg, metrics.Sources{Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
-		Resource: cfg.ResourceName, OnRegistered: m.Registered}, reg, h)
+		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() }}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
 		VolcanoCompat: cfg.VolcanoCompat}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
@@ -116,15 +127,11 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() {
 		if err := guard.Watch(ctx); errors.Is(err, coexist.ErrConflict) {
 			klog.ErrorS(err, "Stopping: another device plugin now advertises this node's GPUs")
+			ready.notReady(err.Error())
 			conflict = err
 			stop()
 		}
 	})
-	if stop, err := serveMetrics(promReg, cfg.MetricsAddress, deps.MetricsListener); err != nil {
-		klog.ErrorS(err, "Metrics endpoint unavailable")
-	} else {
-		defer stop()
-	}
 	klog.InfoS("Node agent running", "node", cfg.NodeName, "cards", len(res.Devices), "resource", cfg.ResourceName)
 	<-ctx.Done()
 	wg.Wait()
@@ -161,25 +168,4 @@ func prepareHost(cfg *config.Config) (hookenv.Container, error) {
 		klog.ErrorS(err, "Hook library missing on the host; containers will fail to mount it", "path", cfg.HookLibrary)
 	}
 	return c, nil
-}
-
-func serveMetrics(reg *prometheus.Registry, addr string, lis net.Listener) (func(), error) {
-	if lis == nil {
-		if addr == "" {
-			return func() {}, nil
-		}
-		var err error
-		if lis, err = net.Listen("tcp", addr); err != nil {
-			return nil, fmt.Errorf("listen %s: %w", addr, err)
-		}
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Metrics server stopped")
-		}
-	}()
-	return func() { _ = srv.Close() }, nil
 }

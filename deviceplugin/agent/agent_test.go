@@ -131,6 +131,20 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	k, cfg := agentOnFakeKubelet(t, "--metrics-address=")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + lis.Addr().String() + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 	withGPU := func(n string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{
 			Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}}
@@ -138,7 +152,8 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 	client := fake.NewSimpleClientset(withGPU("4"))
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, Deps{NVML: nvmlfake.FourCardsTwoNUMA(), Client: client, CoexistInterval: 20 * time.Millisecond})
+		done <- Run(ctx, cfg, Deps{NVML: nvmlfake.FourCardsTwoNUMA(), Client: client, CoexistInterval: 20 * time.Millisecond,
+			MetricsListener: lis})
 	}()
 
 	time.Sleep(300 * time.Millisecond)
@@ -148,6 +163,13 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 	if n, _ := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); n.Annotations[api.AnnotationInventory] != "" {
 		t.Fatal("the agent published an inventory while nvidia.com/gpu is advertised")
 	}
+	// The probes answer while it waits: alive, not ready, and why.
+	if code, _ := probe("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while refusing = %d, want 200 (a liveness probe must not restart a waiting agent)", code)
+	}
+	if code, body := probe("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "nvidia.com/gpu=4") {
+		t.Errorf("/readyz while refusing = %d %q, want 503 naming nvidia.com/gpu=4", code, body)
+	}
 
 	// NVIDIA's plugin leaves (the kubelet zeroes its resource): the agent serves.
 	if _, err := client.CoreV1().Nodes().Update(ctx, withGPU("0"), metav1.UpdateOptions{}); err != nil {
@@ -155,6 +177,12 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 	}
 	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
 		t.Fatalf("no registration once the other plugin left: %v", err)
+	}
+	for code, body := probe("/readyz"); code != http.StatusOK; code, body = probe("/readyz") {
+		if ctx.Err() != nil {
+			t.Fatalf("/readyz after registration = %d %q, want 200", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	// It comes back: the agent stops, naming it.

@@ -61,6 +61,9 @@ type Guard struct {
 	Share bool
 	// Interval is how often the node is read again (30 s when zero).
 	Interval time.Duration
+	// Report, when set, is told the other plugins' resources each time they change
+	// (none: the node is clear), e.g. for the agent's readiness.
+	Report func(resources []string)
 
 	last []string // the conflict last reported, to report changes only
 }
@@ -111,6 +114,9 @@ func (g *Guard) check(ctx context.Context) ([]string, error) {
 		return res, nil
 	}
 	g.last = res
+	if g.Report != nil {
+		g.Report(res)
+	}
 	switch {
 	case len(res) == 0:
 		klog.InfoS("No other GPU device plugin on the node", "node", g.Node)
