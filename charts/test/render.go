@@ -44,10 +44,10 @@ func loadChart(t testing.TB) *chart.Chart {
 }
 
 // Render runs Helm's template engine exactly as `helm install` would, with the
-// values file at valuesPath ("" for the defaults) merged over values.yaml.
+// values file at valuesPath ("" for the defaults) merged over values.yaml. Values that
+// values.schema.json refuses are an error, as Helm reports them.
 func Render(t testing.TB, valuesPath, namespace string) (*Rendered, error) {
 	t.Helper()
-	ch := loadChart(t)
 	user := map[string]interface{}{}
 	if valuesPath != "" {
 		v, err := chartutil.ReadValuesFile(valuesPath)
@@ -56,6 +56,22 @@ func Render(t testing.TB, valuesPath, namespace string) (*Rendered, error) {
 		}
 		user = v
 	}
+	return RenderChart(t, loadChart(t), user, namespace)
+}
+
+// RenderValues renders the chart with user values given as YAML, into volcano-system.
+func RenderValues(t testing.TB, valuesYAML string) (*Rendered, error) {
+	t.Helper()
+	v, err := chartutil.ReadValues([]byte(valuesYAML))
+	if err != nil {
+		t.Fatalf("values %q: %v", valuesYAML, err)
+	}
+	return RenderChart(t, loadChart(t), v, "volcano-system")
+}
+
+// RenderChart renders ch (a loaded chart, possibly changed by the test) with user values.
+func RenderChart(t testing.TB, ch *chart.Chart, user map[string]interface{}, namespace string) (*Rendered, error) {
+	t.Helper()
 	if err := chartutil.ProcessDependenciesWithMerge(ch, user); err != nil {
 		t.Fatalf("dependencies: %v", err)
 	}
@@ -63,7 +79,7 @@ func Render(t testing.TB, valuesPath, namespace string) (*Rendered, error) {
 		Name: "gpu", Namespace: namespace, Revision: 1, IsInstall: true,
 	}, chartutil.DefaultCapabilities)
 	if err != nil {
-		t.Fatalf("values: %v", err)
+		return nil, err
 	}
 	files, err := engine.Render(ch, vals)
 	if err != nil {

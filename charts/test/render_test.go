@@ -18,6 +18,7 @@ func TestDefaultValuesRenderEveryComponent(t *testing.T) {
 	want := map[string]int{
 		"ConfigMap": 2, "Deployment": 1, "DaemonSet": 1, "Service": 2, "ServiceAccount": 2,
 		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
+		"PodDisruptionBudget": 1, "Pod": 1, // the scheduler's budget; the `helm test` pod
 	}
 	got := r.Kinds()
 	for k, n := range want {
@@ -397,4 +398,7 @@ var freeForm = map[string]bool{
 	"scheduler.securityContext": true, "devicePlugin.nodeSelector": true, "devicePlugin.resources": true,
 	"devicePlugin.updateStrategy": true, "devicePlugin.securityContext": true, "serviceMonitor.labels": true,
 	"scheduler.nodeSelector": true, "scheduler.affinity": true, "devicePlugin.affinity": true,
+	"scheduler.livenessProbe": true, "scheduler.readinessProbe": true, "devicePlugin.livenessProbe": true,
+	"devicePlugin.readinessProbe": true, "scheduler.serviceAccount.annotations": true,
+	"devicePlugin.serviceAccount.annotations": true,
 }

@@ -1,6 +1,10 @@
-{{/* Base name of every object: <release>-<nameOverride or "tessera">, cut to 52 characters
-so that suffixes such as "-vgpu-device-plugin" stay within DNS limits. */}}
+{{/* Base name of every object: fullnameOverride, else <release>-<nameOverride or "tessera">
+(the release name alone when it already contains that), cut to 52 characters so that
+suffixes such as "-vgpu-device-plugin" stay within DNS limits. */}}
 {{- define "tessera.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
 {{- $name := default "tessera" .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 52 | trimSuffix "-" -}}
@@ -8,9 +12,23 @@ so that suffixes such as "-vgpu-device-plugin" stay within DNS limits. */}}
 {{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
 
 {{- define "tessera.schedulerName" -}}{{ include "tessera.fullname" . }}-scheduler{{- end -}}
 {{- define "tessera.agentName" -}}{{ include "tessera.fullname" . }}-vgpu-device-plugin{{- end -}}
+
+{{/* ServiceAccount of a component; call with (list $ "scheduler"|"devicePlugin"). Created
+by the chart: the given name or the component's object name. Not created: the given name,
+else the namespace's "default". */}}
+{{- define "tessera.serviceAccountName" -}}
+{{- $ := index . 0 -}}{{- $c := index . 1 -}}
+{{- $sa := (index $.Values $c).serviceAccount -}}
+{{- if $sa.create -}}
+{{- default (include (ternary "tessera.schedulerName" "tessera.agentName" (eq $c "scheduler")) $) $sa.name -}}
+{{- else -}}
+{{- default "default" $sa.name -}}
+{{- end -}}
+{{- end -}}
 
 {{/* Labels on every object. */}}
 {{- define "tessera.labels" -}}
@@ -20,6 +38,17 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels of a component's pod template: its selector labels and commonLabels, without
+the chart's version, so that a chart upgrade that changes nothing in the pods restarts none
+of them (a new image tag or configuration still rolls them). Call with (list $ "scheduler"). */}}
+{{- define "tessera.podLabels" -}}
+{{- $ := index . 0 -}}
+{{ include "tessera.selector" . }}
+{{- with $.Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
