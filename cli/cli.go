@@ -15,16 +15,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
 // clusterFlags is the help text of the flags every cluster command takes.
 const clusterFlags = `Flags of the cluster commands (nodes, pod, explain, report):
-  -o, --output text|json         output format (default text)
+  -o, --output text|json|yaml    output format (default text)
   -n, --namespace NS             namespace of the pod (default: the kubeconfig context's)
+  -A, --all-namespaces           read the pods of every namespace or fail (default: every namespace
+                                 the account may list, else only -n's, with a warning)
       --kubeconfig PATH          kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)
-      --context NAME             kubeconfig context
+      --context, --cluster, --user, -s/--server, --token, --as, --as-group, --as-uid,
+      --certificate-authority, --client-certificate, --client-key, --insecure-skip-tls-verify,
+      --tls-server-name, --request-timeout ...
+                                 kubectl's client flags, with kubectl's meaning
       --scheduler-conf PATH      read the vgpu arguments from this volcano-scheduler.conf
       --scheduler-configmap NS/NAME  ... or from this ConfigMap's volcano-scheduler.conf key
                                  (default: the vgpu plugin's documented defaults)
@@ -33,8 +39,9 @@ const clusterFlags = `Flags of the cluster commands (nodes, pod, explain, report
 // Env carries what a command needs from outside; tests replace every field.
 type Env struct {
 	Stdout, Stderr io.Writer
-	// Client builds the Kubernetes client and returns the context's namespace.
-	Client func(kubeconfig, context string) (kubernetes.Interface, string, error)
+	// Client builds the Kubernetes client from the kubeconfig path and kubectl's
+	// override flags, and returns the namespace they select.
+	Client func(kubeconfig string, overrides *clientcmd.ConfigOverrides) (kubernetes.Interface, string, error)
 	Now    func() time.Time
 }
 
@@ -43,12 +50,14 @@ func DefaultEnv() Env {
 	return Env{Stdout: os.Stdout, Stderr: os.Stderr, Client: kubeClient, Now: time.Now}
 }
 
-func kubeClient(kubeconfig, kubeContext string) (kubernetes.Interface, string, error) {
+// kubeClient loads the client configuration as kubectl does: the kubeconfig (explicit
+// path, $KUBECONFIG, ~/.kube/config, or in-cluster) with the command line's overrides.
+func kubeClient(kubeconfig string, overrides *clientcmd.ConfigOverrides) (kubernetes.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
 	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", err
@@ -65,7 +74,9 @@ func kubeClient(kubeconfig, kubeContext string) (kubernetes.Interface, string, e
 var ErrUsage = errors.New("usage")
 
 type options struct {
-	output, namespace, kubeconfig, context, conf, confMap, html string
+	output, kubeconfig, conf, confMap, html string
+	allNamespaces                           bool
+	overrides                               clientcmd.ConfigOverrides
 }
 
 // clusterCommand is one command that reads the cluster: its own flags and arguments,
@@ -74,9 +85,12 @@ type clusterCommand struct {
 	name, args, summary string
 	// podArg: the command takes exactly one pod name; otherwise none.
 	podArg bool
-	flags  func(fs *pflag.FlagSet, o *options)
-	check  func(o options) error
-	view   func(ctx context.Context, env Env, c *clusterRun) (view any, text func(io.Writer) error, err error)
+	// needsNodes: the view is made of the cluster's Nodes; an account that may not
+	// list them gets an error saying so instead of an empty view.
+	needsNodes bool
+	flags      func(fs *pflag.FlagSet, o *options)
+	check      func(o options) error
+	view       func(ctx context.Context, env Env, c *clusterRun) (view any, text func(io.Writer) error, err error)
 }
 
 // clusterRun is what a command's view gets: the parsed flags, the client, the snapshot.
@@ -89,7 +103,7 @@ type clusterRun struct {
 }
 
 var clusterCommands = []clusterCommand{
-	{name: "nodes", summary: "cards per node: model, memory used/total, cores used, QoS pool, health, pods",
+	{name: "nodes", needsNodes: true, summary: "cards per node: model, memory used/total, cores used, QoS pool, health, pods",
 		view: func(_ context.Context, _ Env, c *clusterRun) (any, func(io.Writer) error, error) {
 			nodes := c.snap.NodesView()
 			return nodes, func(w io.Writer) error { return WriteNodesTable(w, nodes) }, nil
@@ -103,7 +117,7 @@ var clusterCommands = []clusterCommand{
 			v := c.snap.PodView(pod)
 			return v, func(w io.Writer) error { return WritePod(w, v) }, nil
 		}},
-	{name: "explain", args: "POD", podArg: true, summary: "why a pending vGPU pod does not fit, node by node (the scheduler's own engine)",
+	{name: "explain", needsNodes: true, args: "POD", podArg: true, summary: "why a pending vGPU pod does not fit, node by node (the scheduler's own engine)",
 		view: func(ctx context.Context, _ Env, c *clusterRun) (any, func(io.Writer) error, error) {
 			pod, err := c.pod(ctx)
 			if err != nil {
@@ -112,13 +126,13 @@ var clusterCommands = []clusterCommand{
 			v := c.snap.Explain(pod)
 			return v, func(w io.Writer) error { return WriteExplain(w, v) }, nil
 		}},
-	{name: "report", args: "--html FILE", summary: "a self-contained HTML card map",
+	{name: "report", needsNodes: true, args: "--html FILE", summary: "a self-contained HTML card map",
 		flags: func(fs *pflag.FlagSet, o *options) {
 			fs.StringVar(&o.html, "html", "", "write the HTML card map to this file")
 		},
 		check: func(o options) error {
-			if o.html == "" && o.output != "json" {
-				return fmt.Errorf("%w: report needs --html FILE (or -o json)", ErrUsage)
+			if o.html == "" && o.output == "text" {
+				return fmt.Errorf("%w: report needs --html FILE (or -o json|yaml)", ErrUsage)
 			}
 			return nil
 		},
@@ -149,10 +163,12 @@ func findClusterCommand(name string) *clusterCommand {
 // flagSet is the command's flags: the shared cluster flags, then its own.
 func (c *clusterCommand) flagSet(o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
-	fs.StringVarP(&o.output, "output", "o", "text", "text or json")
-	fs.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the pod")
+	fs.StringVarP(&o.output, "output", "o", "text", "text, json or yaml")
+	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "read the pods of every namespace, or fail")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path")
-	fs.StringVar(&o.context, "context", "", "kubeconfig context")
+	names := clientcmd.RecommendedConfigOverrideFlags("")
+	names.ClusterOverrideFlags.APIServer.ShortName = "s" // as kubectl
+	clientcmd.BindOverrideFlags(&o.overrides, fs, names)
 	fs.StringVar(&o.conf, "scheduler-conf", "", "volcano-scheduler.conf to read the vgpu arguments from")
 	fs.StringVar(&o.confMap, "scheduler-configmap", "", "NAMESPACE/NAME of the ConfigMap holding volcano-scheduler.conf")
 	if c.flags != nil {
@@ -186,8 +202,8 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("%w: -o %q: want text or json", ErrUsage, o.output)
+	if o.output != "text" && o.output != "json" && o.output != "yaml" {
+		return fmt.Errorf("%w: -o %q: want text, json or yaml", ErrUsage, o.output)
 	}
 	r := &clusterRun{o: o, pos: fs.Args()}
 	if c.podArg && len(r.pos) != 1 {
@@ -200,14 +216,11 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 			return err
 		}
 	}
-	client, ns, err := env.Client(o.kubeconfig, o.context)
+	client, ns, err := env.Client(o.kubeconfig, &o.overrides)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	r.client, r.ns = client, ns
-	if o.namespace != "" {
-		r.ns = o.namespace
-	}
 	if r.ns == "" {
 		r.ns = "default"
 	}
@@ -218,17 +231,29 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 	} else if err != nil {
 		return err
 	}
-	if r.snap, err = Load(ctx, client, args2, env.Now()); err != nil {
+	scope := Scope{Namespace: r.ns, AllNamespaces: o.allNamespaces, NeedNodes: c.needsNodes}
+	if r.snap, err = Load(ctx, client, args2, env.Now(), scope); err != nil {
 		return err
+	}
+	for _, gap := range r.snap.Unread {
+		fmt.Fprintf(env.Stderr, "warning: partial view: %s\n", gap)
 	}
 	view, text, err := c.view(ctx, env, r)
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	switch o.output {
+	case "json":
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(view)
+	case "yaml":
+		b, err := yaml.Marshal(view)
+		if err != nil {
+			return err
+		}
+		_, err = env.Stdout.Write(b)
+		return err
 	}
 	return text(env.Stdout)
 }

@@ -249,7 +249,7 @@ func TestPodShowsItsCardsAndHandoff(t *testing.T) {
 }
 
 func TestBadCommandLinesAreUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"pod"}, {"explain", "a", "b"}, {"nodes", "-o", "yaml"}, {"nodes", "extra"}, {"report"}, {"frobnicate"}} {
+	for _, args := range [][]string{{"pod"}, {"explain", "a", "b"}, {"nodes", "-o", "wide"}, {"nodes", "extra"}, {"report"}, {"frobnicate"}} {
 		if _, _, err := run(t, cluster(t), args[0], args[1:]...); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -101,5 +102,10 @@ func cluster(t *testing.T) []runtime.Object {
 func testEnv(t *testing.T, out, errOut *bytes.Buffer, objs ...runtime.Object) Env {
 	client := fake.NewSimpleClientset(objs...)
 	return Env{Stdout: out, Stderr: errOut, Now: func() time.Time { return now },
-		Client: func(string, string) (kubernetes.Interface, string, error) { return client, "team-a", nil }}
+		Client: func(_ string, o *clientcmd.ConfigOverrides) (kubernetes.Interface, string, error) {
+			if o.Context.Namespace != "" { // -n, as clientcmd's Namespace() reads it
+				return client, o.Context.Namespace, nil
+			}
+			return client, "team-a", nil
+		}}
 }

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func runMain(args ...string) (stdout, stderr string, code int) {
 	var out, errOut bytes.Buffer
 	env := Env{Stdout: &out, Stderr: &errOut, Now: time.Now,
-		Client: func(string, string) (kubernetes.Interface, string, error) {
+		Client: func(string, *clientcmd.ConfigOverrides) (kubernetes.Interface, string, error) {
 			return nil, "", errors.New("no cluster in this test")
 		}}
 	code = Main(context.Background(), env, args, Command{Name: "simulate", Summary: "simulate", Help: "Flags:\n  -f FILE  scenario\n",
@@ -47,7 +48,7 @@ func TestHelpGoesToStdoutWithExitZeroForTheToolAndEveryCommand(t *testing.T) {
 }
 
 func TestUsageErrorsGoToStderrWithExitTwo(t *testing.T) {
-	for _, args := range [][]string{{}, {"frobnicate"}, {"pod"}, {"nodes", "-o", "yaml"}, {"completion"}, {"completion", "fish"}, {"version", "extra"}, {"help", "nope"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"pod"}, {"nodes", "-o", "wide"}, {"completion"}, {"completion", "fish"}, {"version", "extra"}, {"help", "nope"}} {
 		out, errOut, code := runMain(args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "usage: tessera") {
 			t.Errorf("tessera %s: exit %d, stdout %q; want exit 2 and the usage on stderr, got stderr:\n%s", strings.Join(args, " "), code, out, errOut)

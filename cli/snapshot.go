@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -29,30 +30,60 @@ type Snapshot struct {
 	Args  pluginargs.Args
 	Now   time.Time
 	Nodes []corev1.Node
-	// Pods are the non-terminated pods of every namespace.
+	// Pods are the non-terminated pods of every namespace the account may list.
 	Pods []corev1.Pod
 	// Queues are Volcano's queues (none where Volcano's CRDs are not installed).
 	Queues []QueueSpec
+	// Unread says what the account may not read and what the views lack for it.
+	Unread []string
+}
+
+// Scope is what a command must read.
+type Scope struct {
+	// Namespace is read when the account may not list every namespace's pods.
+	Namespace string
+	// AllNamespaces: every namespace's pods or an error, never a fallback (-A).
+	AllNamespaces bool
+	// NeedNodes: no view without the Nodes (an account that may not list them gets
+	// an error); otherwise they are read where allowed.
+	NeedNodes bool
 }
 
 // Load reads nodes and pods through client. args are the scheduler's vgpu
 // arguments (pluginargs.Defaults unless the user points at the scheduler's conf).
-func Load(ctx context.Context, client kubernetes.Interface, args pluginargs.Args, now time.Time) (*Snapshot, error) {
+// An account that may read only its own namespace still gets what it may read (its
+// pods, their assignments); Snapshot.Unread says what is missing.
+func Load(ctx context.Context, client kubernetes.Interface, args pluginargs.Args, now time.Time, scope Scope) (*Snapshot, error) {
+	s := &Snapshot{Args: args, Now: now}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
+	switch {
+	case err == nil:
+		s.Nodes = nodes.Items
+	case apierrors.IsForbidden(err) && !scope.NeedNodes:
+		s.Unread = append(s.Unread, "your account may not list Nodes, so cards, their models and other tenants' use are not shown")
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("this command reads the cluster's Nodes (cluster-scoped), which your account may not list "+
+			"(the Helm chart's <release>-tessera-viewer ClusterRole grants what it reads; \"tessera pod NAME\" needs only your namespace's pods): %w", err)
+	default:
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: "status.phase!=Succeeded,status.phase!=Failed",
-	})
+	live := metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"}
+	pods, err := client.CoreV1().Pods("").List(ctx, live)
+	if apierrors.IsForbidden(err) && !scope.AllNamespaces && scope.Namespace != "" {
+		s.Unread = append(s.Unread, fmt.Sprintf("your account may not list pods in every namespace; only namespace %s is read, "+
+			"so cards may look freer than they are (use -A to fail instead)", scope.Namespace))
+		pods, err = client.CoreV1().Pods(scope.Namespace).List(ctx, live)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	queues, err := loadQueues(ctx, client, args.Resources.Memory, args.Resources.Cores)
-	if err != nil {
+	if apierrors.IsForbidden(err) {
+		s.Unread = append(s.Unread, "your account may not list Volcano queues, so queue shares are not shown")
+	} else if err != nil {
 		return nil, err
 	}
-	s := &Snapshot{Args: args, Now: now, Nodes: nodes.Items, Queues: queues}
+	s.Queues = queues
 	for _, p := range pods.Items {
 		// Fake clientsets ignore field selectors; filter again.
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -108,5 +111,117 @@ func TestCLIReadsARealAPIServer(t *testing.T) {
 	}
 	if !found || ex.Status != cli.ExplainNoNodeFits {
 		t.Errorf("explain: status %s, node %s listed %v", ex.Status, node, found)
+	}
+}
+
+// A user who may only read pods in one namespace, against the API server's real RBAC,
+// reached with kubectl's --as (the admin impersonates) and with --server/--token: the pod
+// view works with a warning, the Node views name what is missing, -A fails, and binding
+// the chart's viewer ClusterRole makes the Node views work.
+func TestCLIForANamespaceReaderAgainstRealRBAC(t *testing.T) {
+	kubeconfig := os.Getenv(EnvDryRunKubeconfig)
+	if kubeconfig == "" {
+		apiserver := os.Getenv(EnvKubeAPIServer)
+		if apiserver == "" {
+			t.Skip("SKIPPED: needs a real API server: set " + EnvDryRunKubeconfig + " or " + EnvKubeAPIServer)
+		}
+		kubeconfig = startControlPlane(t, apiserver)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := "cli-reader-" + time.Now().Format("150405")
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	user := "reader-" + ns
+	mustCreate := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{})
+	mustCreate(err)
+	_, err = client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"}}, metav1.CreateOptions{})
+	mustCreate(err)
+	a, _ := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "somewhere", QoS: api.QoSFixedShare,
+		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-reader-0", MemoryMiB: 1000, Cores: 10}}}}})
+	lim := corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}
+	_, err = client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns,
+		Annotations: map[string]string{api.AnnotationAssignment: a}},
+		Spec: corev1.PodSpec{NodeName: "somewhere", Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: lim, Requests: lim}}}}}, metav1.CreateOptions{})
+	mustCreate(err)
+
+	run := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		env := cli.DefaultEnv()
+		env.Stdout, env.Stderr = &out, &errOut
+		err := cli.Run(ctx, env, args[0], append(args[1:], "--kubeconfig", kubeconfig, "--as", user, "-n", ns))
+		return out.String(), errOut.String(), err
+	}
+	out, errOut, err := run("pod", "mine", "-o", "json")
+	if err != nil || !strings.Contains(out, "GPU-reader-0") || !strings.Contains(errOut, "partial view") {
+		t.Errorf("tessera pod as %s: %v\nstdout %s\nstderr %s", user, err, out, errOut)
+	}
+	if _, _, err := run("nodes"); err == nil || !strings.Contains(err.Error(), "may not list") || !strings.Contains(err.Error(), user) {
+		t.Errorf("tessera nodes as %s: %v; want the API server's Forbidden for the user, explained", user, err)
+	}
+	if _, _, err := run("pod", "mine", "-A"); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("tessera pod -A as %s: %v; want forbidden", user, err)
+	}
+
+	// The chart's viewer role, bound to the user, opens the Node views.
+	r := MustRender(t, "")
+	var viewer rbacv1.ClusterRole
+	r.Get(t, "ClusterRole", "gpu-tessera-viewer", &viewer)
+	viewer.Name = "tessera-viewer-" + ns
+	_, err = client.RbacV1().ClusterRoles().Create(ctx, &viewer, metav1.CreateOptions{})
+	mustCreate(err)
+	t.Cleanup(func() { _ = client.RbacV1().ClusterRoles().Delete(context.Background(), viewer.Name, metav1.DeleteOptions{}) })
+	_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: viewer.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: viewer.Name}}, metav1.CreateOptions{})
+	mustCreate(err)
+	t.Cleanup(func() {
+		_ = client.RbacV1().ClusterRoleBindings().Delete(context.Background(), viewer.Name, metav1.DeleteOptions{})
+	})
+	deadline := time.Now().Add(10 * time.Second) // RBAC's authorizer cache catches up
+	for {
+		_, errOut, err := run("nodes", "-A", "-o", "yaml")
+		if err == nil && !strings.Contains(errOut, "partial view") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tessera nodes -A with the viewer role: %v\n%s", err, errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Without a kubeconfig's user: --server and --token, as kubectl takes them.
+	raw, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var server string
+	for _, c := range raw.Clusters {
+		server = c.Server
+	}
+	empty := filepath.Join(t.TempDir(), "empty-kubeconfig")
+	mustCreate(os.WriteFile(empty, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
+	var out2, errOut2 bytes.Buffer
+	env := cli.DefaultEnv()
+	env.Stdout, env.Stderr = &out2, &errOut2
+	if err := cli.Run(ctx, env, "pod", []string{"mine", "-n", ns, "--kubeconfig", empty, "-s", server, "--token", "chart-test-token",
+		"--insecure-skip-tls-verify", "-o", "json"}); err != nil || !strings.Contains(out2.String(), "GPU-reader-0") {
+		t.Errorf("tessera pod with --server/--token: %v\n%s%s", err, out2.String(), errOut2.String())
 	}
 }

@@ -17,7 +17,7 @@ func TestDefaultValuesRenderEveryComponent(t *testing.T) {
 	r := MustRender(t, "")
 	want := map[string]int{
 		"ConfigMap": 2, "Deployment": 1, "DaemonSet": 1, "Service": 2, "ServiceAccount": 2,
-		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
+		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, // + the CLI viewer role
 		"PodDisruptionBudget": 1, "Pod": 1, // the scheduler's budget; the `helm test` pod
 	}
 	got := r.Kinds()
