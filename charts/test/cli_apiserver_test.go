@@ -186,7 +186,9 @@ func TestCLIForANamespaceReaderAgainstRealRBAC(t *testing.T) {
 	viewer.Name = "tessera-viewer-" + ns
 	_, err = client.RbacV1().ClusterRoles().Create(ctx, &viewer, metav1.CreateOptions{})
 	mustCreate(err)
-	t.Cleanup(func() { _ = client.RbacV1().ClusterRoles().Delete(context.Background(), viewer.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = client.RbacV1().ClusterRoles().Delete(context.Background(), viewer.Name, metav1.DeleteOptions{})
+	})
 	_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: viewer.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: viewer.Name}}, metav1.CreateOptions{})
