@@ -100,6 +100,8 @@ type clusterRun struct {
 	pos    []string
 	client kubernetes.Interface
 	snap   *Snapshot
+	// findings: what in the scheduler's conf keeps the vgpu plugin from its job.
+	findings []string
 }
 
 var clusterCommands = []clusterCommand{
@@ -124,6 +126,7 @@ var clusterCommands = []clusterCommand{
 				return nil, nil, err
 			}
 			v := c.snap.Explain(pod)
+			v.ConfFindings = c.findings
 			return v, func(w io.Writer) error { return WriteExplain(w, v) }, nil
 		}},
 	{name: "report", needsNodes: true, args: "--html FILE", summary: "a self-contained HTML card map",
@@ -224,13 +227,17 @@ func Run(ctx context.Context, env Env, command string, args []string) error {
 	if r.ns == "" {
 		r.ns = "default"
 	}
-	args2, err := vgpuArgs(ctx, client, o)
+	args2, findings, err := vgpuArgs(ctx, client, o)
 	var bad *pluginargs.InvalidError
 	if errors.As(err, &bad) {
 		fmt.Fprintf(env.Stderr, "warning: %v (the scheduler uses the defaults for these too)\n", bad.Err)
 	} else if err != nil {
 		return err
 	}
+	for _, f := range findings {
+		fmt.Fprintf(env.Stderr, "warning: scheduler conf: %s\n", f)
+	}
+	r.findings = findings
 	scope := Scope{Namespace: r.ns, AllNamespaces: o.allNamespaces, NeedNodes: c.needsNodes}
 	if r.snap, err = Load(ctx, client, args2, env.Now(), scope); err != nil {
 		return err
@@ -270,28 +277,34 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
-// vgpuArgs reads the scheduler's vgpu arguments when the user points at its conf.
-func vgpuArgs(ctx context.Context, client kubernetes.Interface, o options) (pluginargs.Args, error) {
+// vgpuArgs reads the scheduler's vgpu arguments when the user points at its conf,
+// and what in that conf keeps the plugin from its job (pluginargs.ConfFindings).
+func vgpuArgs(ctx context.Context, client kubernetes.Interface, o options) (pluginargs.Args, []string, error) {
 	var conf string
 	switch {
 	case o.conf != "":
 		b, err := os.ReadFile(o.conf)
 		if err != nil {
-			return pluginargs.Args{}, err
+			return pluginargs.Args{}, nil, err
 		}
 		conf = string(b)
 	case o.confMap != "":
 		ns, name, ok := strings.Cut(o.confMap, "/")
 		if !ok {
-			return pluginargs.Args{}, fmt.Errorf("%w: --scheduler-configmap %q: want NAMESPACE/NAME", ErrUsage, o.confMap)
+			return pluginargs.Args{}, nil, fmt.Errorf("%w: --scheduler-configmap %q: want NAMESPACE/NAME", ErrUsage, o.confMap)
 		}
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return pluginargs.Args{}, fmt.Errorf("scheduler ConfigMap: %w", err)
+			return pluginargs.Args{}, nil, fmt.Errorf("scheduler ConfigMap: %w", err)
 		}
 		conf = cm.Data["volcano-scheduler.conf"]
 	default:
-		return pluginargs.Defaults(), nil
+		return pluginargs.Defaults(), nil, nil
 	}
-	return pluginargs.FromConf(conf)
+	args, err := pluginargs.FromConf(conf)
+	findings, ferr := pluginargs.ConfFindings(conf)
+	if ferr != nil && err == nil {
+		err = ferr
+	}
+	return args, findings, err
 }

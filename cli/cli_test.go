@@ -255,3 +255,35 @@ func TestBadCommandLinesAreUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// explain says what in the scheduler's conf keeps the plugin from serving the pod, on
+// stderr for every command and in the view.
+func TestExplainNamesTheConfsHazards(t *testing.T) {
+	conf := `actions: "enqueue, allocate, reclaim"
+tiers:
+- plugins: [{name: gang}, {name: vgpu}]
+- plugins: [{name: proportion}]
+`
+	path := filepath.Join(t.TempDir(), "volcano-scheduler.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := run(t, cluster(t), "explain", "big", "--scheduler-conf="+path, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v ExplainView
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.ConfFindings) != 1 || !strings.Contains(v.ConfFindings[0], "proportion (tier 2) offers reclaim victims") {
+		t.Errorf("confFindings %q", v.ConfFindings)
+	}
+	if !strings.Contains(errOut, "warning: scheduler conf: proportion (tier 2)") {
+		t.Errorf("stderr lacks the finding:\n%s", errOut)
+	}
+	text := mustRun(t, cluster(t), "explain", "big", "--scheduler-conf="+path)
+	if !strings.Contains(text, "scheduler conf: proportion (tier 2) offers reclaim victims") {
+		t.Errorf("text explain lacks the finding:\n%s", text)
+	}
+}

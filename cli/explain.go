@@ -37,6 +37,9 @@ type ExplainView struct {
 	Scheduler string `json:"scheduler,omitempty"`
 	// Queue is the pod's queue's card share (absent without Volcano's queues).
 	Queue *QueueView `json:"queue,omitempty"`
+	// ConfFindings: what in the scheduler's conf (--scheduler-conf or
+	// --scheduler-configmap) keeps the vgpu plugin from placing or reclaiming for it.
+	ConfFindings []string `json:"confFindings,omitempty"`
 }
 
 // NodeFit is one node's answer.
@@ -141,6 +144,9 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 	}
 	if v.Queue != nil {
 		writeQueue(w, v.Queue)
+	}
+	for _, f := range v.ConfFindings {
+		fmt.Fprintf(w, "  scheduler conf: %s\n", f)
 	}
 	fitting := 0
 	for _, n := range v.Nodes {

@@ -140,3 +140,18 @@ func TestTheCLIReadsTheChartsConfLikeTheScheduler(t *testing.T) {
 		}
 	}
 }
+
+// The chart's conf keeps nothing in the way of the vgpu plugin, with preempt and
+// reclaim switched on as config/volcano-scheduler.conf has them.
+func TestTheChartsConfHasNoFindingsWithEvictionOn(t *testing.T) {
+	r, err := RenderValues(t, "scheduler:\n  conf:\n    actions: \"enqueue, allocate, backfill, preempt, reclaim\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	r.Get(t, "ConfigMap", "gpu-tessera-scheduler-conf", &cm)
+	findings, err := pluginargs.ConfFindings(cm.Data["volcano-scheduler.conf"])
+	if err != nil || len(findings) != 0 {
+		t.Errorf("findings %q, err %v", findings, err)
+	}
+}
