@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() }}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
-		VolcanoCompat: cfg.VolcanoCompat}, m)
+		VolcanoCompat: cfg.VolcanoCompat, Observe: guard.Observe}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,6 +67,47 @@ type Guard struct {
 	Report func(resources []string)
 
 	last []string // the conflict last reported, to report changes only
+
+	mu       sync.Mutex
+	seen     *corev1.Node // the Node as another writer last read it (Observe)
+	seenTime time.Time
+	now      func() time.Time
+}
+
+// Observe hands the guard a fresh copy of the agent's Node that another part read
+// anyway (the inventory publisher's heartbeat PATCH returns it): a check within one
+// interval of it reads no Node of its own, so the guard costs the API server nothing
+// while the heartbeat is at least as frequent as its interval.
+func (g *Guard) Observe(node *corev1.Node) {
+	if node == nil || node.Name != g.Node {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seen, g.seenTime = node, g.clock()
+}
+
+func (g *Guard) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
+}
+
+// node is the freshest copy of the Node: an observed one younger than the interval,
+// else a GET.
+func (g *Guard) node(ctx context.Context) (*corev1.Node, error) {
+	g.mu.Lock()
+	seen, at := g.seen, g.seenTime
+	g.mu.Unlock()
+	if seen != nil && g.clock().Sub(at) < g.interval() {
+		return seen, nil
+	}
+	node, err := g.Client.CoreV1().Nodes().Get(ctx, g.Node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", g.Node, err)
+	}
+	return node, nil
 }
 
 // WaitClear returns once no other plugin advertises GPUs on the node (at once when
@@ -105,9 +147,9 @@ func (g *Guard) Watch(ctx context.Context) error {
 
 // check reads the node and reports a change of conflict in the log and as an event.
 func (g *Guard) check(ctx context.Context) ([]string, error) {
-	node, err := g.Client.CoreV1().Nodes().Get(ctx, g.Node, metav1.GetOptions{})
+	node, err := g.node(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("get node %s: %w", g.Node, err)
+		return nil, err
 	}
 	res := Resources(node)
 	if strings.Join(res, ",") == strings.Join(g.last, ",") {

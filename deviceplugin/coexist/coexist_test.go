@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func node(capacity map[string]string) *corev1.Node {
@@ -115,5 +117,41 @@ func TestWatchStopsTheAgentWhenAnotherPluginAppears(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Watch did not notice the other plugin")
+	}
+}
+
+// A Node the heartbeat already read stands in for the guard's own GET while it is
+// younger than the interval; an older one, or none, means a GET. A conflict in an
+// observed Node stops the agent as one read by a GET does.
+func TestObservedNodesSpareTheGuardsReads(t *testing.T) {
+	c := fake.NewClientset(node(nil))
+	var gets int
+	c.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		return false, nil, nil
+	})
+	now := time.Unix(1000, 0)
+	g := &Guard{Client: c, Node: "gpu-1", Interval: 30 * time.Second, now: func() time.Time { return now }}
+	ctx := context.Background()
+	g.Observe(node(nil))
+	if _, err := g.check(ctx); err != nil || gets != 0 {
+		t.Fatalf("check right after Observe: err %v, %d GETs; want none", err, gets)
+	}
+	now = now.Add(29 * time.Second)
+	if _, _ = g.check(ctx); gets != 0 {
+		t.Errorf("check 29 s after Observe (interval 30 s): %d GETs, want none", gets)
+	}
+	now = now.Add(2 * time.Second)
+	if _, _ = g.check(ctx); gets != 1 {
+		t.Errorf("check 31 s after Observe: %d GETs, want 1", gets)
+	}
+	g.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "another-node"}})
+	if _, _ = g.check(ctx); gets != 2 {
+		t.Errorf("another node's object was taken for this one's: %d GETs, want 2", gets)
+	}
+	g.Observe(node(map[string]string{"nvidia.com/gpu": "8"}))
+	res, err := g.check(ctx)
+	if err != nil || !slices.Equal(res, []string{"nvidia.com/gpu=8"}) || gets != 2 {
+		t.Errorf("observed conflict: %v, %v, %d GETs; want nvidia.com/gpu=8 without a GET", res, err, gets)
 	}
 }

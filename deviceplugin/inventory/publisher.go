@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +31,9 @@ type Options struct {
 	VolcanoCompat bool
 	MinBackoff    time.Duration
 	MaxBackoff    time.Duration
+	// Observe, when set, is given the Node the API server returns for each write (the
+	// coexistence guard reads other plugins' resources from it instead of a GET).
+	Observe func(*corev1.Node)
 }
 
 // Observer is told the outcome of every write; the metrics package implements it.
@@ -94,9 +98,12 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	start := time.Now()
 	body, err := p.Patch()
 	if err == nil {
-		_, err = p.client.CoreV1().Nodes().Patch(ctx, p.opts.Node, types.MergePatchType, body, metav1.PatchOptions{})
+		var node *corev1.Node
+		node, err = p.client.CoreV1().Nodes().Patch(ctx, p.opts.Node, types.MergePatchType, body, metav1.PatchOptions{})
 		if err != nil {
 			err = fmt.Errorf("patch node %s: %w", p.opts.Node, err)
+		} else if p.opts.Observe != nil {
+			p.opts.Observe(node)
 		}
 	}
 	if p.observer != nil {
