@@ -22,6 +22,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 	"github.com/tessera-gpu/tessera/deviceplugin/coexist"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
@@ -81,6 +82,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	if cfg.CardHandoff != config.HandoffEnv {
+		checkCardDevices(cfg, res.Cards())
+	}
 	// Serve nothing (no inventory, no kubelet registration) while another device
 	// plugin hands out these cards, unless told to share them.
 	guard := &coexist.Guard{Client: deps.Client, Node: cfg.NodeName, Share: cfg.OtherGPUPlugins == config.OtherGPUPluginsShare,
@@ -110,7 +114,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
-		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() }}, reg, h)
+		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },
+		ReportNUMA: cfg.SlotTopology == config.SlotTopologyNUMA}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
 		VolcanoCompat: cfg.VolcanoCompat, Observe: guard.Observe}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
@@ -157,7 +162,8 @@ var (
 // the node, and containers fail to start on the missing mount until it is installed.
 func prepareHost(cfg *config.Config) (hookenv.Container, error) {
 	c := hookenv.Container{HookLibrary: cfg.HookLibrary, Preload: cfg.Preload, Dir: cfg.ContainerDir,
-		LogLevel: cfg.VGPULogLevel, PreloadHostFile: filepath.Join(cfg.StateDir, "ld.so.preload")}
+		LogLevel: cfg.VGPULogLevel, PreloadHostFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
+		Handoff: cfg.CardHandoff, CardKind: cfg.CDICardKind}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods"), 0o755); err != nil {
 		return c, fmt.Errorf("create state directory: %w", err)
 	}
@@ -167,5 +173,38 @@ func prepareHost(cfg *config.Config) (hookenv.Container, error) {
 	if _, err := os.Stat(cfg.HookLibrary); err != nil {
 		klog.ErrorS(err, "Hook library missing on the host; containers will fail to mount it", "path", cfg.HookLibrary)
 	}
+	if cfg.CardHandoff != config.HandoffCDI {
+		return c, nil
+	}
+	// The spec is kept when the agent stops or leaves cdi mode: the kubelet replays a
+	// container's CDI device names (tessera.io/vgpu=hook) whenever it restarts it.
+	changed, err := cdi.Write(cfg.CDISpecDir, c.HookSpec())
+	if err != nil {
+		return c, fmt.Errorf("write the hook library's CDI spec: %w", err)
+	}
+	if changed {
+		klog.InfoS("Wrote the hook library's CDI spec", "file", filepath.Join(cfg.CDISpecDir, cdi.FileName(cdi.HookKind)),
+			"device", cdi.QualifiedName(cdi.HookKind, cdi.HookDevice))
+	}
 	return c, nil
+}
+
+// checkCardDevices logs the cards whose CDI device (cdiCardKind=UUID) no spec on the
+// node defines: containers given such a card fail to be created ("unresolvable CDI
+// devices") until the NVIDIA toolkit's spec names cards by UUID.
+func checkCardDevices(cfg *config.Config, cs []api.Card) {
+	dirs := []string{"/etc/cdi", cfg.CDISpecDir}
+	names, problems := cdi.DeviceNames(dirs, cfg.CDICardKind)
+	var missing []string
+	for _, c := range cs {
+		if _, ok := names[c.UUID]; !ok {
+			missing = append(missing, cdi.QualifiedName(cfg.CDICardKind, c.UUID))
+		}
+	}
+	if len(missing) > 0 {
+		klog.ErrorS(nil, "No CDI spec on the node defines these cards; containers given them will not start until one does "+
+			"(generate the NVIDIA toolkit's spec with UUID device names)", "missing", missing, "dirs", dirs, "problems", problems)
+		return
+	}
+	klog.InfoS("Every card has its CDI device", "kind", cfg.CDICardKind, "cards", len(cs))
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
@@ -38,7 +39,8 @@ func agentOnFakeKubelet(t *testing.T, extra ...string) (*kubeletsim.Kubelet, *co
 	t.Cleanup(k.Stop)
 	state := t.TempDir()
 	args := append([]string{"--node-name=node-a", "--device-plugin-dir=" + sock, "--pod-resources-socket=" + k.PodResourcesSocket(),
-		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--heartbeat-interval=1h"}, extra...)
+		"--state-dir=" + state, "--hook-library=" + filepath.Join(state, "libvgpu.so"), "--heartbeat-interval=1h",
+		"--cdi-spec-dir=" + filepath.Join(state, "cdi")}, extra...)
 	cfg, err := config.Load(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -201,5 +203,62 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the agent kept serving beside the other plugin")
+	}
+}
+
+// With cardHandoff: cdi the agent writes its hook spec before it registers, and the
+// kubelet's Allocate answer names the assigned card and the hook as CDI devices instead
+// of NVIDIA_VISIBLE_DEVICES and kubelet mounts.
+func TestTheAgentInCDIModeWritesItsSpecAndNamesTheCardAsACDIDevice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, cfg := agentOnFakeKubelet(t, "--card-handoff=cdi", "--metrics-address=")
+	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	machine := nvmlfake.FourCardsTwoNUMA()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, Deps{NVML: machine, Client: client}) }()
+	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
+		t.Fatalf("no registration: %v", err)
+	}
+	names, problems := cdi.DeviceNames([]string{cfg.CDISpecDir}, cdi.HookKind)
+	if _, ok := names[cdi.HookDevice]; !ok || len(problems) > 0 {
+		t.Fatalf("hook spec in %s: %v %v", cfg.CDISpecDir, names, problems)
+	}
+	a := &api.PodAssignment{Node: "node-a", QoS: api.QoSFixedShare, Containers: []api.ContainerAssignment{
+		{Name: "main", Cards: []api.CardAssignment{{UUID: machine.UUID(3), MemoryMiB: 2048, Cores: 10}}}}}
+	enc, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
+		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resps, err := k.Admit(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resps["main"].Response
+	var got []string
+	for _, d := range r.CdiDevices {
+		got = append(got, d.Name)
+	}
+	if want := []string{"nvidia.com/gpu=" + machine.UUID(3), "tessera.io/vgpu=hook"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("CDI devices %v, want %v", got, want)
+	}
+	if v := r.Envs["NVIDIA_VISIBLE_DEVICES"]; v != "void" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want void", v)
+	}
+	for _, m := range r.Mounts {
+		if m.ContainerPath == cfg.HookLibrary || m.ContainerPath == "/etc/ld.so.preload" {
+			t.Errorf("hook mount %s handed by the kubelet as well as by CDI", m.ContainerPath)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 )
 
 // Version is the config file version this build reads.
@@ -24,6 +25,30 @@ const (
 	PreloadFile = "ld-so-preload"
 	// PreloadEnv sets LD_PRELOAD, for images that ship their own /etc/ld.so.preload.
 	PreloadEnv = "env"
+)
+
+// Card handoff modes: how the container runtime learns which cards a container gets.
+const (
+	// HandoffEnv sets NVIDIA_VISIBLE_DEVICES, read by the NVIDIA container runtime (legacy
+	// mode); the hook library arrives as kubelet mounts. The default.
+	HandoffEnv = "env"
+	// HandoffCDI names the cards as CDI devices of the NVIDIA toolkit's spec and the hook
+	// library as a device of the agent's own spec; the runtime (containerd or CRI-O with
+	// CDI on) applies both. NVIDIA_VISIBLE_DEVICES is set to "void".
+	HandoffCDI = "cdi"
+	// HandoffBoth does what env does and also names the cards as CDI devices.
+	HandoffBoth = "both"
+)
+
+// Slot topology: what the kubelet's slots say about NUMA nodes.
+const (
+	// SlotTopologyNone advertises slots without NUMA nodes: the kubelet's Topology Manager
+	// then has no preference for them and never narrows the scheduler's card choice. The
+	// default.
+	SlotTopologyNone = "none"
+	// SlotTopologyNUMA advertises each slot on its card's NUMA node. Only safe where the
+	// kubelet's topologyManagerPolicy is none (docs/device-plugin.md, section 9).
+	SlotTopologyNUMA = "numa"
 )
 
 // DefaultFatalXIDs are the XIDs that mean the card needs a reset or has failed. XIDs
@@ -58,6 +83,15 @@ type Config struct {
 	// OtherGPUPlugins is what the agent does on a node where another device plugin
 	// (NVIDIA's) advertises GPUs: "refuse" serves nothing there, "share" serves anyway.
 	OtherGPUPlugins string `json:"otherGPUPlugins"`
+	// CardHandoff is how cards reach a container: env, cdi or both (HandoffEnv, ...).
+	CardHandoff string `json:"cardHandoff"`
+	// CDICardKind is the CDI kind whose devices, named by card UUID, are the cards (the
+	// NVIDIA Container Toolkit's spec: nvidia.com/gpu).
+	CDICardKind string `json:"cdiCardKind"`
+	// CDISpecDir is where the agent writes its own CDI spec (the hook library).
+	CDISpecDir string `json:"cdiSpecDir"`
+	// SlotTopology is none or numa (SlotTopologyNone, SlotTopologyNUMA).
+	SlotTopology string `json:"slotTopology"`
 }
 
 // What the agent does beside another GPU device plugin on its node.
@@ -96,6 +130,10 @@ func Default() *Config {
 		Health: Health{CheckInterval: d(30 * time.Second), RecoverAfter: d(5 * time.Minute),
 			FatalXIDs: append([]uint64(nil), DefaultFatalXIDs...)},
 		OtherGPUPlugins: OtherGPUPluginsRefuse,
+		CardHandoff:     HandoffEnv,
+		CDICardKind:     "nvidia.com/gpu",
+		CDISpecDir:      "/var/run/cdi",
+		SlotTopology:    SlotTopologyNone,
 	}
 }
 
@@ -118,7 +156,7 @@ func (c *Config) Validate() error {
 		bad("sharesPerCard", "%d, want 1..1000", c.SharesPerCard)
 	}
 	for field, p := range map[string]string{"devicePluginDir": c.DevicePluginDir, "podResourcesSocket": c.PodResourcesSocket,
-		"stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir} {
+		"stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir, "cdiSpecDir": c.CDISpecDir} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
 		}
@@ -142,6 +180,17 @@ func (c *Config) Validate() error {
 	}
 	if c.OtherGPUPlugins != OtherGPUPluginsRefuse && c.OtherGPUPlugins != OtherGPUPluginsShare {
 		bad("otherGPUPlugins", "%q, want %s or %s", c.OtherGPUPlugins, OtherGPUPluginsRefuse, OtherGPUPluginsShare)
+	}
+	if c.CardHandoff != HandoffEnv && c.CardHandoff != HandoffCDI && c.CardHandoff != HandoffBoth {
+		bad("cardHandoff", "%q, want %s, %s or %s", c.CardHandoff, HandoffEnv, HandoffCDI, HandoffBoth)
+	}
+	if err := cdi.ValidateKind(c.CDICardKind); err != nil {
+		bad("cdiCardKind", "%v", err)
+	} else if c.CDICardKind == cdi.HookKind {
+		bad("cdiCardKind", "%q is the agent's own kind (the hook library), not the cards'", c.CDICardKind)
+	}
+	if c.SlotTopology != SlotTopologyNone && c.SlotTopology != SlotTopologyNUMA {
+		bad("slotTopology", "%q, want %s or %s", c.SlotTopology, SlotTopologyNone, SlotTopologyNUMA)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)

@@ -83,6 +83,15 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 			[]string{"sharesPerCard: 0", `preload: "magic"`, `stateDir: "relative"`}},
 		{"a malformed flag value names the flag", "version: v1\nnodeName: n\n", []string{"--heartbeat-interval=soon"}, []string{"--heartbeat-interval"}},
 		{"a missing node name is reported", "version: v1\n", nil, []string{"nodeName: empty"}},
+		{"an unknown card handoff names the field and the choices", "version: v1\nnodeName: n\ncardHandoff: CDI\n", nil,
+			[]string{`cardHandoff: "CDI", want env, cdi or both`}},
+		{"a card kind that is not vendor/class is reported", "version: v1\nnodeName: n\ncdiCardKind: nvidia.com\n", nil,
+			[]string{`cdiCardKind: kind "nvidia.com" is not vendor/class`}},
+		{"the agent's own CDI kind cannot name the cards", "version: v1\nnodeName: n\ncdiCardKind: tessera.io/vgpu\n", nil,
+			[]string{`cdiCardKind: "tessera.io/vgpu" is the agent's own kind`}},
+		{"a relative CDI spec directory is reported", "version: v1\nnodeName: n\n", []string{"--cdi-spec-dir=cdi"}, []string{`cdiSpecDir: "cdi"`}},
+		{"an unknown slot topology names the field", "version: v1\nnodeName: n\n", []string{"--slot-topology=single-numa-node"},
+			[]string{`slotTopology: "single-numa-node", want none or numa`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,5 +117,16 @@ func TestHelpIsNotAConfigurationError(t *testing.T) {
 	}
 	if u := Usage(); !strings.Contains(u, "--config") || !strings.Contains(u, "--node-name") {
 		t.Errorf("Usage() lacks --config or --node-name:\n%s", u)
+	}
+}
+
+func TestCardHandoffAndSlotTopologyComeFromEverySource(t *testing.T) {
+	file := writeFile(t, "version: v1\nnodeName: n\ncardHandoff: both\ncdiCardKind: k8s.device-plugin.nvidia.com/gpu\n")
+	c, err := Load([]string{"--config", file, "--slot-topology=numa"}, env(map[string]string{"TESSERA_DP_CDI_SPEC_DIR": "/etc/cdi"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CardHandoff != HandoffBoth || c.CDICardKind != "k8s.device-plugin.nvidia.com/gpu" || c.CDISpecDir != "/etc/cdi" || c.SlotTopology != SlotTopologyNUMA {
+		t.Errorf("got handoff %q kind %q dir %q topology %q", c.CardHandoff, c.CDICardKind, c.CDISpecDir, c.SlotTopology)
 	}
 }

@@ -64,6 +64,10 @@ var fields = []field{
 	{"health-check-interval", "how often every card is queried", dur(func(c *Config) *metav1.Duration { return &c.Health.CheckInterval })},
 	{"health-recover-after", "quiet time after a fatal event before a card is healthy again", dur(func(c *Config) *metav1.Duration { return &c.Health.RecoverAfter })},
 	{"other-gpu-plugins", "beside another GPU device plugin on the node: refuse (serve nothing) or share", str(func(c *Config) *string { return &c.OtherGPUPlugins })},
+	{"card-handoff", "how cards reach a container: env (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices) or both", str(func(c *Config) *string { return &c.CardHandoff })},
+	{"cdi-card-kind", "CDI kind whose devices, named by card UUID, are the cards", str(func(c *Config) *string { return &c.CDICardKind })},
+	{"cdi-spec-dir", "where the agent writes its CDI spec for the hook library", str(func(c *Config) *string { return &c.CDISpecDir })},
+	{"slot-topology", "NUMA nodes on the kubelet's slots: none or numa", str(func(c *Config) *string { return &c.SlotTopology })},
 	{"health-fatal-xids", "comma-separated XIDs that mark a card unhealthy", func(c *Config, v string) error {
 		c.Health.FatalXIDs = nil
 		for _, s := range strings.Split(v, ",") {

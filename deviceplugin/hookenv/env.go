@@ -11,6 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
@@ -25,7 +26,16 @@ type Container struct {
 	// Dir is where the per-container directory is mounted in the container.
 	Dir      string
 	LogLevel string
+	// Handoff is config.HandoffEnv, HandoffCDI or HandoffBoth; empty means env.
+	Handoff string
+	// CardKind is the CDI kind that names the cards by UUID (nvidia.com/gpu).
+	CardKind string
 }
+
+// VoidDevices is NVIDIA_VISIBLE_DEVICES in cdi mode: it tells an NVIDIA container
+// runtime in legacy mode to add no cards, even when the image sets the variable (CUDA
+// images set it to "all"); the cards come from CDI only.
+const VoidDevices = "void"
 
 // limitValues are the vgpu-core keys of one container, in the order they are written.
 func (c *Container) limitValues(rec *records.Record) [][2]string {
@@ -66,11 +76,11 @@ func (c *Container) LimitsFile(rec *records.Record) string {
 	return b.String()
 }
 
-// Response is the kubelet's answer for one container: visible cards, the vgpu-core
-// environment, the hook library and the container's own directory.
+// Response is the kubelet's answer for one container: visible cards (as the environment,
+// CDI devices or both, by Handoff), the vgpu-core environment, the hook library and the
+// container's own directory.
 func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.ContainerAllocateResponse {
 	env := map[string]string{
-		"NVIDIA_VISIBLE_DEVICES": "",
 		// Cards are listed in PCI bus order; this makes CUDA ordinals follow it too.
 		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 		api.EnvLimitsFile:   path.Join(c.Dir, records.LimitsFileName),
@@ -78,22 +88,58 @@ func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.Con
 	for _, kv := range c.limitValues(rec) {
 		env[kv[0]] = kv[1]
 	}
-	env["NVIDIA_VISIBLE_DEVICES"] = env[api.EnvVisibleUUIDs]
-	mounts := []*pluginapi.Mount{
-		{ContainerPath: c.HookLibrary, HostPath: c.HookLibrary, ReadOnly: true},
-		{ContainerPath: c.Dir, HostPath: hostDir, ReadOnly: false},
-	}
-	switch c.Preload {
-	case config.PreloadEnv:
-		env["LD_PRELOAD"] = c.HookLibrary
-	default:
-		mounts = append(mounts, &pluginapi.Mount{ContainerPath: "/etc/ld.so.preload", HostPath: c.PreloadHostFile, ReadOnly: true})
-	}
-	return &pluginapi.ContainerAllocateResponse{
-		Envs:   env,
-		Mounts: mounts,
+	mounts := []*pluginapi.Mount{{ContainerPath: c.Dir, HostPath: hostDir, ReadOnly: false}}
+	resp := &pluginapi.ContainerAllocateResponse{
+		Envs: env,
 		Annotations: map[string]string{
 			api.Prefix + "container": rec.Namespace + "/" + rec.Pod + "/" + rec.Container,
 		},
 	}
+	if c.Handoff == config.HandoffCDI {
+		env["NVIDIA_VISIBLE_DEVICES"] = VoidDevices
+		resp.CdiDevices = append(c.cardDevices(rec), &pluginapi.CDIDevice{Name: cdi.QualifiedName(cdi.HookKind, cdi.HookDevice)})
+		resp.Mounts = mounts
+		return resp
+	}
+	env["NVIDIA_VISIBLE_DEVICES"] = env[api.EnvVisibleUUIDs]
+	lib := &pluginapi.Mount{ContainerPath: c.HookLibrary, HostPath: c.HookLibrary, ReadOnly: true}
+	mounts = append([]*pluginapi.Mount{lib}, mounts...)
+	switch c.Preload {
+	case config.PreloadEnv:
+		env["LD_PRELOAD"] = c.HookLibrary
+	default:
+		mounts = append(mounts, &pluginapi.Mount{ContainerPath: preloadPath, HostPath: c.PreloadHostFile, ReadOnly: true})
+	}
+	resp.Mounts = mounts
+	if c.Handoff == config.HandoffBoth {
+		resp.CdiDevices = c.cardDevices(rec)
+	}
+	return resp
+}
+
+// preloadPath is the dynamic loader's preload list.
+const preloadPath = "/etc/ld.so.preload"
+
+// cardDevices names the container's cards as CDI devices, in CUDA ordinal order.
+func (c *Container) cardDevices(rec *records.Record) []*pluginapi.CDIDevice {
+	out := make([]*pluginapi.CDIDevice, len(rec.Cards))
+	for i, card := range rec.Cards {
+		out[i] = &pluginapi.CDIDevice{Name: cdi.QualifiedName(c.CardKind, card.UUID)}
+	}
+	return out
+}
+
+// HookSpec is the agent's CDI spec: one device, tessera.io/vgpu=hook, that mounts the
+// hook library and preloads it (the ld.so.preload file, or LD_PRELOAD with preload: env).
+// What differs per container (its directory, its limits) stays in the Allocate response.
+func (c *Container) HookSpec() *cdi.Spec {
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	edits := cdi.ContainerEdits{Mounts: []*cdi.Mount{{HostPath: c.HookLibrary, ContainerPath: c.HookLibrary, Type: "bind", Options: ro}}}
+	switch c.Preload {
+	case config.PreloadEnv:
+		edits.Env = []string{"LD_PRELOAD=" + c.HookLibrary}
+	default:
+		edits.Mounts = append(edits.Mounts, &cdi.Mount{HostPath: c.PreloadHostFile, ContainerPath: preloadPath, Type: "bind", Options: ro})
+	}
+	return &cdi.Spec{Version: cdi.Version, Kind: cdi.HookKind, Devices: []cdi.Device{{Name: cdi.HookDevice, ContainerEdits: edits}}}
 }

@@ -43,6 +43,10 @@ type Options struct {
 	WatchInterval time.Duration
 	// OnRegistered is called after each successful registration; may be nil.
 	OnRegistered func()
+	// ReportNUMA puts each slot on its card's NUMA node (TopologyInfo). Off, the
+	// kubelet's Topology Manager has no preference for the slots (docs/device-plugin.md,
+	// section 9, says why that is the default).
+	ReportNUMA bool
 }
 
 // Server is one device plugin endpoint.

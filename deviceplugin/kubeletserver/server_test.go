@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -28,6 +30,10 @@ func (noHandler) Allocate(context.Context, *pluginapi.AllocateRequest) (*plugina
 func (noHandler) PreStart(context.Context, []string) error { return nil }
 
 func start(t *testing.T, shares int) (context.Context, *kubeletsim.Kubelet, *cards.Registry, string) {
+	return startWith(t, shares, false)
+}
+
+func startWith(t *testing.T, shares int, reportNUMA bool) (context.Context, *kubeletsim.Kubelet, *cards.Registry, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	dir, err := os.MkdirTemp("", "ks")
@@ -44,7 +50,7 @@ func start(t *testing.T, shares int) (context.Context, *kubeletsim.Kubelet, *car
 	}
 	reg := cards.NewRegistry(res.Cards(), res.Links)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: dir, SocketName: "tessera.sock", Resource: api.ResourceNumber,
-		WatchInterval: 10 * time.Millisecond}, reg, noHandler{})
+		WatchInterval: 10 * time.Millisecond, ReportNUMA: reportNUMA}, reg, noHandler{})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; k.Stop(); os.RemoveAll(dir) })
@@ -101,6 +107,60 @@ func TestListAndWatchReportsHealthChangesOfEveryShareOfACard(t *testing.T) {
 			for id, h := range k.Health() {
 				if u, _, _ := cards.ParseSlotID(id); u != uuid && h != pluginapi.Healthy {
 					t.Errorf("slot %s of another card is %s", id, h)
+				}
+			}
+		})
+	}
+}
+
+// With slotTopology none the kubelet's Topology Manager must see no NUMA node on any
+// slot (it then has no preference and never narrows the choice to one node); with numa
+// every slot carries its card's node (cards 0-1 on node 0, 2-3 on node 1).
+func TestSlotsCarryTheirCardsNUMANodeOnlyWhenAskedTo(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		report bool
+		want   []int64 // per card; -1 = no topology
+	}{
+		{"slot topology none sends no NUMA node", false, []int64{-1, -1, -1, -1}},
+		{"slot topology numa sends each card's node", true, []int64{0, 0, 1, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, k, reg, dir := startWith(t, 2, tt.report)
+			if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "tessera.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(ctx, &pluginapi.Empty{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			numa := map[string]int64{}
+			for i, c := range reg.Inventory().Cards {
+				numa[c.UUID] = tt.want[i]
+			}
+			if len(resp.Devices) != 8 {
+				t.Fatalf("%d slots, want 8", len(resp.Devices))
+			}
+			for _, d := range resp.Devices {
+				uuid, _, _ := cards.ParseSlotID(d.ID)
+				got := int64(-1)
+				if d.Topology != nil {
+					if len(d.Topology.Nodes) != 1 {
+						t.Fatalf("slot %s: topology %v", d.ID, d.Topology)
+					}
+					got = d.Topology.Nodes[0].ID
+				}
+				if got != numa[uuid] {
+					t.Errorf("slot %s: NUMA node %d, want %d", d.ID, got, numa[uuid])
 				}
 			}
 		})

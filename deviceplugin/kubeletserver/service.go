@@ -44,7 +44,7 @@ func devices(s *Server) []*pluginapi.Device {
 		if !sl.Healthy {
 			d.Health = pluginapi.Unhealthy
 		}
-		if sl.NUMA >= 0 {
+		if s.opts.ReportNUMA && sl.NUMA >= 0 {
 			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(sl.NUMA)}}}
 		}
 		out[i] = d

@@ -1,0 +1,123 @@
+package hookenv
+
+import (
+	"reflect"
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
+	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
+)
+
+const lib = "/usr/local/tessera/lib/libvgpu.so"
+
+func container(handoff, preload string) *Container {
+	return &Container{HookLibrary: lib, PreloadHostFile: "/var/lib/tessera/ld.so.preload", Preload: preload,
+		Dir: "/var/run/tessera", LogLevel: "warn", Handoff: handoff, CardKind: "nvidia.com/gpu"}
+}
+
+func record() *records.Record {
+	return &records.Record{Namespace: "ns", Pod: "p", UID: "u", Container: "main", QoS: api.QoSFixedShare,
+		Cards: []api.CardAssignment{{UUID: "GPU-b", MemoryMiB: 4096, Cores: 30}, {UUID: "GPU-d", MemoryMiB: 4096, Cores: 30}}}
+}
+
+func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, d := range r.CdiDevices {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func mountPaths(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, m := range r.Mounts {
+		out = append(out, m.ContainerPath)
+	}
+	return out
+}
+
+// Each handoff mode hands the cards and the hook library over its own path, never both
+// over one: a mount given twice (kubelet and CDI) would collide in the runtime.
+func TestResponseHandsCardsAndHookOverTheModesPath(t *testing.T) {
+	tests := []struct {
+		name         string
+		handoff      string
+		preload      string
+		visible      string
+		cdi          []string
+		mounts       []string
+		ldPreloadEnv string
+	}{
+		{"env mode names the cards in NVIDIA_VISIBLE_DEVICES and mounts the hook", config.HandoffEnv, config.PreloadFile,
+			"GPU-b,GPU-d", nil, []string{lib, "/var/run/tessera", "/etc/ld.so.preload"}, ""},
+		{"an empty mode is env mode", "", config.PreloadEnv,
+			"GPU-b,GPU-d", nil, []string{lib, "/var/run/tessera"}, lib},
+		{"cdi mode names the cards and the hook as CDI devices and voids the NVIDIA variable", config.HandoffCDI, config.PreloadFile,
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{"/var/run/tessera"}, ""},
+		{"cdi mode leaves LD_PRELOAD to the spec", config.HandoffCDI, config.PreloadEnv,
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{"/var/run/tessera"}, ""},
+		{"both mode does what env does and names the cards as CDI devices", config.HandoffBoth, config.PreloadFile,
+			"GPU-b,GPU-d", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d"}, []string{lib, "/var/run/tessera", "/etc/ld.so.preload"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := container(tt.handoff, tt.preload).Response(record(), "/var/lib/tessera/pods/u/main")
+			if got := r.Envs["NVIDIA_VISIBLE_DEVICES"]; got != tt.visible {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want %q", got, tt.visible)
+			}
+			if got := cdiNames(r); !reflect.DeepEqual(got, tt.cdi) {
+				t.Errorf("CDI devices %v, want %v", got, tt.cdi)
+			}
+			if got := mountPaths(r); !reflect.DeepEqual(got, tt.mounts) {
+				t.Errorf("mounts %v, want %v", got, tt.mounts)
+			}
+			if got := r.Envs["LD_PRELOAD"]; got != tt.ldPreloadEnv {
+				t.Errorf("LD_PRELOAD=%q, want %q", got, tt.ldPreloadEnv)
+			}
+			// The per-container part is the same in every mode.
+			if r.Envs[api.EnvVisibleUUIDs] != "GPU-b,GPU-d" || r.Envs[api.EnvMemoryLimitMiB] != "4096,4096" ||
+				r.Envs[api.EnvLimitsFile] != "/var/run/tessera/limits.env" || r.Envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+				t.Errorf("vgpu-core environment %v", r.Envs)
+			}
+		})
+	}
+}
+
+func TestHookSpecIsAValidCDISpecThatPreloadsTheLibrary(t *testing.T) {
+	for _, tt := range []struct {
+		preload string
+		mounts  []string
+		env     []string
+	}{
+		{config.PreloadFile, []string{lib, "/etc/ld.so.preload"}, nil},
+		{config.PreloadEnv, []string{lib}, []string{"LD_PRELOAD=" + lib}},
+	} {
+		t.Run("preload "+tt.preload, func(t *testing.T) {
+			s := container(config.HandoffCDI, tt.preload).HookSpec()
+			if err := cdi.Validate(s); err != nil {
+				t.Fatal(err)
+			}
+			if s.Kind != "tessera.io/vgpu" || len(s.Devices) != 1 || s.Devices[0].Name != "hook" {
+				t.Fatalf("spec %+v", s)
+			}
+			e := s.Devices[0].ContainerEdits
+			var got []string
+			for _, m := range e.Mounts {
+				got = append(got, m.ContainerPath)
+				if m.Type != "bind" || m.Options[0] != "ro" {
+					t.Errorf("mount %+v is not a read-only bind mount", m)
+				}
+			}
+			if !reflect.DeepEqual(got, tt.mounts) || !reflect.DeepEqual(e.Env, tt.env) {
+				t.Errorf("mounts %v env %v, want %v %v", got, e.Env, tt.mounts, tt.env)
+			}
+			if e.Mounts[0].HostPath != lib || len(e.Mounts) > 1 && e.Mounts[1].HostPath != "/var/lib/tessera/ld.so.preload" {
+				t.Errorf("host paths %+v", e.Mounts)
+			}
+		})
+	}
+}
