@@ -2,13 +2,14 @@
 // go-nvml fake machine instead of the NVIDIA driver. It exists only for the end-to-end
 // harness, so the product binary cmd/vgpu-device-plugin carries no fakes.
 //
-// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [vgpu-device-plugin flags...]
+// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [--toolkit-cdi-dir=DIR] [vgpu-device-plugin flags...]
 //
 // Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
 // nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
 // that they are unique across nodes and stable across restarts of the agent. With
 // --fault-dir, a file xid-<index> holding an XID number makes that card report the XID
-// (a30x4 and l40sxN machines; see watchFaults).
+// (a30x4 and l40sxN machines; see watchFaults). With --toolkit-cdi-dir, it first writes
+// the CDI spec the NVIDIA Container Toolkit would write for the machine (toolkit.go).
 package main
 
 import (
@@ -59,6 +60,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if dir := own["toolkit-cdi-dir"]; dir != "" {
+		if err := writeToolkitSpec(dir, machine); err != nil {
+			klog.ErrorS(err, "Cannot write the toolkit's CDI spec", "dir", dir)
+			os.Exit(1)
+		}
+	}
 	if dir := own["fault-dir"]; dir != "" {
 		fm, ok := machine.(*nvmlfake.Machine)
 		if !ok {
@@ -76,9 +83,9 @@ func main() {
 }
 
 // splitOwnFlags removes this program's own flags (--machine, default dgxa100, and
-// --fault-dir), as --name=value or --name value, from the arguments.
+// --fault-dir, --toolkit-cdi-dir), as --name=value or --name value, from the arguments.
 func splitOwnFlags(args []string) (map[string]string, []string) {
-	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": ""}, make([]string, 0, len(args))
+	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": "", "toolkit-cdi-dir": ""}, make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(args[i], "--"), "=")
 		if _, ours := own[name]; !ours || !strings.HasPrefix(args[i], "--") {

@@ -35,6 +35,11 @@ type Node struct {
 	// Machine is the fake-gpu-agent shape: dgxa100, a30x4, l40sxN.
 	Machine string
 	Labels  map[string]string
+	// AgentArgs are extra vgpu-device-plugin flags for this node, after Options.AgentArgs.
+	AgentArgs []string
+	// KubeletConfig is appended to the node's KubeletConfiguration (YAML fields, e.g.
+	// "topologyManagerPolicy: single-numa-node").
+	KubeletConfig string
 }
 
 // Options configure a cluster.

@@ -30,6 +30,8 @@ import (
 //	pod-logs/          container logs (podLogsDir), created by the CRI
 //	records/           what the kubelet passed to each container (one JSON per container)
 //	faults/            files the fake agent turns into NVML events (InjectXID)
+//	cdi/               CDI specs: the NVIDIA toolkit's (written by the fake agent for its
+//	                   machine) and the agent's own; the CRI resolves CDI devices here
 //	state/             the agent's state dir
 //	sysctl/            the files standing in for the kernel tunables the kubelet sets
 
@@ -38,6 +40,9 @@ func (c *Cluster) NodeDir(node string) string { return filepath.Join(c.Opts.RunD
 
 // RecordDir holds one CRI record (JSON) per container the node's kubelet created.
 func (c *Cluster) RecordDir(node string) string { return filepath.Join(c.NodeDir(node), "records") }
+
+// CDIDir is the node's CDI spec directory (its /var/run/cdi).
+func (c *Cluster) CDIDir(node string) string { return filepath.Join(c.NodeDir(node), "cdi") }
 
 // DeviceCheckpoint is the node's kubelet device manager checkpoint file.
 func (c *Cluster) DeviceCheckpoint(node string) string {
@@ -50,14 +55,14 @@ func (c *Cluster) podResourcesSocket(node string) string {
 
 func (c *Cluster) startNode(ctx context.Context, n Node) error {
 	dir := c.NodeDir(n.Name)
-	for _, d := range []string{"device-plugins", "kubelet", "pod-logs", "records", "state", "sysctl"} {
+	for _, d := range []string{"device-plugins", "kubelet", "pod-logs", "records", "state", "sysctl", "cdi"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}
 	}
 	sock := filepath.Join(dir, "cri.sock")
 	cri, err := startProc(c.logDir, "cri-"+n.Name, c.Opts.Bin.CRI, "--socket="+sock,
-		"--record-dir="+c.RecordDir(n.Name), "--node="+n.Name)
+		"--record-dir="+c.RecordDir(n.Name), "--node="+n.Name, "--cdi-spec-dir="+c.CDIDir(n.Name))
 	if err != nil {
 		return err
 	}
@@ -65,7 +70,7 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 	if err := waitFor(ctx, "CRI socket of "+n.Name, 30*time.Second, cri, fileExists(sock)); err != nil {
 		return err
 	}
-	if err := c.writeKubeletConfig(n.Name); err != nil {
+	if err := c.writeKubeletConfig(n.Name, n.KubeletConfig); err != nil {
 		return err
 	}
 	if err := c.StartKubelet(ctx, n.Name); err != nil {
@@ -102,7 +107,7 @@ func (c *Cluster) node(name string) (Node, bool) {
 // The node status is computed every second and sent when it changes, so the device
 // plugin's slots (and their health) reach the Node within a second, not at the next
 // 10 s sync.
-func (c *Cluster) writeKubeletConfig(name string) error {
+func (c *Cluster) writeKubeletConfig(name, extra string) error {
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -136,7 +141,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 1s
 nodeStatusReportFrequency: 5m
-`, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs"))
+`, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs")) + extra
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
 }
 
@@ -183,8 +188,9 @@ func (c *Cluster) KillKubelet(name string) {
 	}
 }
 
-// StartAgent starts (or restarts) the node's device plugin.
-func (c *Cluster) StartAgent(ctx context.Context, name string) error {
+// StartAgent starts (or restarts) the node's device plugin, with extra flags after the
+// cluster's and the node's.
+func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) error {
 	n, ok := c.node(name)
 	if !ok {
 		return fmt.Errorf("no node %q", name)
@@ -194,7 +200,8 @@ func (c *Cluster) StartAgent(ctx context.Context, name string) error {
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
 		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
-		"--hook-library=" + c.HookLibrary()}, c.Opts.AgentArgs...)
+		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name)}, c.Opts.AgentArgs...)
+	args = append(append(args, n.AgentArgs...), extra...)
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
 		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
 	}

@@ -16,8 +16,9 @@ import (
 // CheckHandoff compares what the kubelet handed to a running pod's containers (the CRI
 // record and the device manager's slots) with the pod's assignment: node, visible
 // cards, memory and SM limits in the environment and in the limits file, the kubelet's
-// slot IDs, the hook library mount and preload, and the agent's annotation. A container
-// without cards must get none of it. It returns every mismatch.
+// slot IDs, the cards as the runtime got them (NVIDIA_VISIBLE_DEVICES or CDI devices),
+// the hook library mount and preload, and the agent's annotation. A container without
+// cards must get none of it. It returns every mismatch.
 func CheckHandoff(p corev1.Pod, h *Handed) []string {
 	var bad []string
 	fail := func(f string, a ...any) {
@@ -51,8 +52,13 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 			fail("container %s: created on %s", ca.Name, r.Node)
 		}
 		want := map[string]string{}
+		var uuids []string
 		for _, c := range ca.Cards {
 			want[c.UUID] = fmt.Sprintf("%d/%d", c.MemoryMiB, smLimit(c.Cores))
+			uuids = append(uuids, c.UUID)
+		}
+		for _, msg := range checkCards(r, uuids) {
+			fail("container %s: %s", ca.Name, msg)
 		}
 		for src, env := range map[string]map[string]string{"env": r.Env, "limits file": r.LimitsFile} {
 			got, err := perCard(env)
@@ -90,8 +96,8 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 		}
 	}
 	for _, c := range p.Spec.Containers {
-		if r, ok := h.Records[string(p.UID)+"/"+c.Name]; ok && !assigned[c.Name] && r.Env[api.EnvVisibleUUIDs] != "" {
-			fail("container %s has no cards but got %s=%s", c.Name, api.EnvVisibleUUIDs, r.Env[api.EnvVisibleUUIDs])
+		if r, ok := h.Records[string(p.UID)+"/"+c.Name]; ok && !assigned[c.Name] && (r.Env[api.EnvVisibleUUIDs] != "" || len(r.CDIDevices) > 0) {
+			fail("container %s has no cards but got %s=%s, CDI devices %v", c.Name, api.EnvVisibleUUIDs, r.Env[api.EnvVisibleUUIDs], r.CDIDevices)
 		}
 	}
 	return bad

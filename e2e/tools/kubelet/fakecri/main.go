@@ -7,7 +7,10 @@
 // container whose command is `sleep N` exits with status 0 after N seconds, so pods go
 // to Succeeded through the kubelet's own status updates. Nothing is executed.
 //
-// Usage: fakecri --socket=PATH --record-dir=DIR --node=NAME
+// With --cdi-spec-dir it also does what a CDI-enabled runtime does with the CDI devices
+// the kubelet names (cdi.go).
+//
+// Usage: fakecri --socket=PATH --record-dir=DIR --node=NAME [--cdi-spec-dir=DIR]
 package main
 
 import (
@@ -31,6 +34,7 @@ func main() {
 	socket := flag.String("socket", "", "unix socket to serve the CRI on")
 	recordDir := flag.String("record-dir", "", "directory for one JSON record per created container")
 	node := flag.String("node", "", "node name written into each record")
+	cdiDir := flag.String("cdi-spec-dir", "", "CDI spec directory; empty leaves CDI off")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *socket == "" || *recordDir == "" || *node == "" {
@@ -39,14 +43,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *socket, *recordDir, *node); err != nil {
+	var cdiDirs []string
+	if *cdiDir != "" {
+		cdiDirs = append(cdiDirs, *cdiDir)
+	}
+	if err := run(ctx, *socket, *recordDir, *node, cdiDirs); err != nil {
 		klog.ErrorS(err, "Runtime stopped")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
 }
 
-func run(ctx context.Context, socket, recordDir, node string) error {
+func run(ctx context.Context, socket, recordDir, node string, cdiDirs []string) error {
 	if err := os.MkdirAll(recordDir, 0o755); err != nil {
 		return fmt.Errorf("record dir: %w", err)
 	}
@@ -56,7 +64,7 @@ func run(ctx context.Context, socket, recordDir, node string) error {
 	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("stale socket: %w", err)
 	}
-	rt := newRuntime(fake.NewFakeRemoteRuntime(), recordDir, node)
+	rt := newRuntime(fake.NewFakeRemoteRuntime(), recordDir, node, cdiDirs...)
 	server := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(server, rt)
 	runtimeapi.RegisterImageServiceServer(server, rt)

@@ -25,12 +25,15 @@ var (
 type runtime struct {
 	*fake.RemoteRuntime
 	recordDir, node string
+	// cdiDirs are the CDI spec directories; none means CDI is off, as with containerd's
+	// enable_cdi = false, and the kubelet's CDI device names are only recorded.
+	cdiDirs []string
 
 	mu      sync.Mutex
 	runTime map[string]time.Duration // container ID -> how long it runs (absent: until stopped)
 }
 
-func newRuntime(f *fake.RemoteRuntime, recordDir, node string) *runtime {
+func newRuntime(f *fake.RemoteRuntime, recordDir, node string, cdiDirs ...string) *runtime {
 	f.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},
@@ -39,12 +42,25 @@ func newRuntime(f *fake.RemoteRuntime, recordDir, node string) *runtime {
 	f.RuntimeService.FakeLinuxConfiguration = &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS}
 	// Pulled images get this size; the kubelet's image GC divides by image sizes.
 	f.ImageService.SetFakeImageSize(1 << 20)
-	return &runtime{RemoteRuntime: f, recordDir: recordDir, node: node, runTime: map[string]time.Duration{}}
+	return &runtime{RemoteRuntime: f, recordDir: recordDir, node: node, cdiDirs: cdiDirs, runTime: map[string]time.Duration{}}
 }
 
-// CreateContainer creates the container in the fake, records what the kubelet passed and
-// creates its log file.
+// CreateContainer creates the container in the fake, records what the kubelet passed (with
+// the edits of its CDI devices applied) and creates its log file. A CDI device that no
+// spec defines fails the call, as it fails in a CDI-enabled runtime.
 func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	var edits []cdiEdits
+	if len(r.cdiDirs) > 0 {
+		var names []string
+		for _, d := range req.GetConfig().GetCDIDevices() {
+			names = append(names, d.GetName())
+		}
+		var err error
+		if edits, err = resolveCDI(r.cdiDirs, names); err != nil {
+			klog.ErrorS(err, "Refusing to create the container", "pod", req.GetSandboxConfig().GetMetadata().GetName())
+			return nil, err
+		}
+	}
 	resp, err := r.RemoteRuntime.CreateContainer(ctx, req)
 	if err != nil {
 		return nil, err
@@ -68,6 +84,7 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		r.mu.Unlock()
 	}
 	rec := newRecord(id, r.node, req)
+	rec.apply(edits)
 	if err := rec.write(r.recordDir); err != nil {
 		klog.ErrorS(err, "Cannot record the container", "container", id)
 	}

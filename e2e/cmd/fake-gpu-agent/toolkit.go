@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
+)
+
+// writeToolkitSpec plays the NVIDIA Container Toolkit's part on a CDI node: it writes the
+// spec `nvidia-ctk cdi generate` writes for the fake machine (kind nvidia.com/gpu, each
+// card under its index and its UUID, with its /dev/nvidia<index> node; the control
+// device nodes common to all), so that the harness's runtime can resolve the card
+// names the agent hands over in cdi mode.
+func writeToolkitSpec(dir string, lib nvml.Interface) error {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml init: %v", ret)
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("device count: %v", ret)
+	}
+	s := &cdi.Spec{Version: cdi.Version, Kind: "nvidia.com/gpu", ContainerEdits: &cdi.ContainerEdits{
+		DeviceNodes: []*cdi.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}}}
+	for i := 0; i < n; i++ {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("device %d: %v", i, ret)
+		}
+		uuid, ret := d.GetUUID()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("device %d UUID: %v", i, ret)
+		}
+		edits := cdi.ContainerEdits{DeviceNodes: []*cdi.DeviceNode{{Path: "/dev/nvidia" + strconv.Itoa(i)}}}
+		s.Devices = append(s.Devices, cdi.Device{Name: strconv.Itoa(i), ContainerEdits: edits}, cdi.Device{Name: uuid, ContainerEdits: edits})
+	}
+	_, err := cdi.Write(dir, s)
+	return err
+}
