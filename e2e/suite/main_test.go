@@ -26,12 +26,13 @@ import (
 var cl *cluster.Cluster
 
 // nodes: 2x DGX A100 (8x A100 40 GB), 4x A30 24 GB on two NUMA nodes, 4x L40S 45 GB.
-// gpu-c's kubelet runs the Topology Manager with single-numa-node (topology_test.go);
+// gpu-c's kubelet sees two NUMA nodes and runs the Topology Manager with single-numa-node
+// (topology_test.go);
 // gpu-d's agent hands cards over as CDI devices (cdi_test.go), the others by environment.
 var nodes = []cluster.Node{
 	{Name: "gpu-a", Machine: "dgxa100"},
 	{Name: "gpu-b", Machine: "dgxa100"},
-	{Name: "gpu-c", Machine: "a30x4", KubeletConfig: "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n"},
+	{Name: "gpu-c", Machine: "a30x4", NUMANodes: 2, KubeletConfig: "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n"},
 	{Name: "gpu-d", Machine: "l40sx4", AgentArgs: []string{"--card-handoff=cdi"}},
 }
 

@@ -18,15 +18,18 @@ import (
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
-// Topology Manager: gpu-c's kubelet runs topologyManagerPolicy single-numa-node, and its
-// fake machine puts cards 2 and 3 on NUMA node 1. The kubelet's device hint counts free
-// slots per NUMA node, not which card the scheduler chose, so it picks the lowest node
-// with enough slots (node 0) and then offers only that node's slots.
+// Topology Manager: gpu-c's kubelet sees two NUMA nodes (kubelet-ns splits this
+// machine's two CPUs and its memory between them) and runs topologyManagerPolicy
+// single-numa-node; its fake machine puts cards 0-1 on NUMA node 0 and cards 2-3 on node 1.
+// The kubelet's device hint counts free slots per NUMA node, not which card the scheduler
+// chose: for one slot both nodes are preferred hints, and the merge takes the lower, node
+// 0, after which only node 0's slots are offered.
 //
 // With the agent's default (slotTopology: none) the slots carry no NUMA node, the
-// kubelet has no preference, and a pod assigned card 3 runs on card 3. With slotTopology:
-// numa the kubelet offers only node-0 slots, and the agent refuses the pod rather than
-// hand it a card the scheduler did not choose: it fails admission naming its card.
+// kubelet has no preference, and a pod assigned card 3 (NUMA node 1) runs on card 3. With
+// slotTopology: numa the kubelet offers only node-0 slots, and the agent refuses the pod
+// rather than hand it a card the scheduler did not choose: it fails admission naming its
+// card.
 func TestTopologyManagerSingleNUMANodeAndTheSchedulersCard(t *testing.T) {
 	n := ns(t, "topology")
 	defer cleanup(t, n)

@@ -6,11 +6,14 @@
 //     path for its registration socket and checkpoint);
 //   - each kernel tunable the kubelet sets at start-up (vm.overcommit_memory, kernel.panic,
 //     ...) is a bind-mounted file under --sysctl-dir holding the host's value, so the
-//     kubelet's writes land there and not in the host's kernel.
+//     kubelet's writes land there and not in the host's kernel;
+//   - with --numa-nodes=N (N > 1), /sys/devices/system/node shows N NUMA nodes that split
+//     the host's CPUs and memory between them (numa.go), so the kubelet's Topology Manager
+//     sees a multi-node machine on a one-node host.
 //
 // Then it executes the kubelet with the remaining arguments. It needs root.
 //
-// Usage: kubelet-ns --device-plugins=DIR --sysctl-dir=DIR -- KUBELET [ARGS...]
+// Usage: kubelet-ns --device-plugins=DIR --sysctl-dir=DIR [--numa-nodes=N --numa-dir=DIR] -- KUBELET [ARGS...]
 package main
 
 import (
@@ -38,6 +41,8 @@ func init() { runtime.LockOSThread() }
 func main() {
 	plugins := flag.String("device-plugins", "", "host directory to show at /var/lib/kubelet/device-plugins")
 	sysctlDir := flag.String("sysctl-dir", "", "host directory for the files that stand in for kernel tunables")
+	numaNodes := flag.Int("numa-nodes", 0, "NUMA nodes the kubelet sees (0: the host's)")
+	numaDir := flag.String("numa-dir", "", "host directory for the stand-in of /sys/devices/system/node")
 	flag.Parse()
 	args := flag.Args()
 	if *plugins == "" || *sysctlDir == "" || len(args) == 0 {
@@ -47,6 +52,12 @@ func main() {
 	if err := enter(*plugins, *sysctlDir); err != nil {
 		fmt.Fprintln(os.Stderr, "kubelet-ns:", err)
 		os.Exit(1)
+	}
+	if *numaNodes > 1 {
+		if err := fakeNUMA(*numaDir, *numaNodes); err != nil {
+			fmt.Fprintln(os.Stderr, "kubelet-ns:", err)
+			os.Exit(1)
+		}
 	}
 	err := syscall.Exec(args[0], args, os.Environ())
 	fmt.Fprintf(os.Stderr, "kubelet-ns: exec %s: %v\n", args[0], err)

@@ -40,6 +40,9 @@ type Node struct {
 	// KubeletConfig is appended to the node's KubeletConfiguration (YAML fields, e.g.
 	// "topologyManagerPolicy: single-numa-node").
 	KubeletConfig string
+	// NUMANodes, when above 1, is how many NUMA nodes the kubelet sees: they split this
+	// machine's CPUs and memory (kubelet-ns --numa-nodes).
+	NUMANodes int
 }
 
 // Options configure a cluster.

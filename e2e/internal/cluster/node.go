@@ -34,6 +34,7 @@ import (
 //	                   machine) and the agent's own; the CRI resolves CDI devices here
 //	state/             the agent's state dir
 //	sysctl/            the files standing in for the kernel tunables the kubelet sets
+//	numa/              with Node.NUMANodes, the NUMA node list the kubelet sees
 
 // NodeDir is the node's directory.
 func (c *Cluster) NodeDir(node string) string { return filepath.Join(c.Opts.RunDir, "nodes", node) }
@@ -163,10 +164,13 @@ func (c *Cluster) StartKubelet(ctx context.Context, name string) error {
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	p, err := startProc(c.logDir, "kubelet-"+name, c.Opts.Bin.KubeletNS,
-		"--device-plugins="+filepath.Join(dir, "device-plugins"), "--sysctl-dir="+filepath.Join(dir, "sysctl"), "--",
+	ns := []string{"--device-plugins=" + filepath.Join(dir, "device-plugins"), "--sysctl-dir=" + filepath.Join(dir, "sysctl")}
+	if n.NUMANodes > 1 {
+		ns = append(ns, fmt.Sprintf("--numa-nodes=%d", n.NUMANodes), "--numa-dir="+filepath.Join(dir, "numa"))
+	}
+	p, err := startProc(c.logDir, "kubelet-"+name, c.Opts.Bin.KubeletNS, append(ns, "--",
 		c.Opts.Bin.Kubelet, "--config="+filepath.Join(dir, "kubelet.yaml"), "--kubeconfig="+c.Kubeconfig,
-		"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+name, "--node-labels="+strings.Join(labels, ","))
+		"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+name, "--node-labels="+strings.Join(labels, ","))...)
 	if err != nil {
 		return err
 	}
