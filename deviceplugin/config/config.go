@@ -47,7 +47,7 @@ const (
 	// default.
 	SlotTopologyNone = "none"
 	// SlotTopologyNUMA advertises each slot on its card's NUMA node. Only safe where the
-	// kubelet's topologyManagerPolicy is none (docs/device-plugin.md, section 9).
+	// kubelet's topologyManagerPolicy is none (docs/device-plugin.md, section 10).
 	SlotTopologyNUMA = "numa"
 )
 

@@ -45,7 +45,7 @@ type Options struct {
 	OnRegistered func()
 	// ReportNUMA puts each slot on its card's NUMA node (TopologyInfo). Off, the
 	// kubelet's Topology Manager has no preference for the slots (docs/device-plugin.md,
-	// section 9, says why that is the default).
+	// section 10, says why that is the default).
 	ReportNUMA bool
 }
 
