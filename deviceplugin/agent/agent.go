@@ -128,6 +128,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { pub.Run(ctx) })
 	run(func() { mon.Run(ctx) })
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
+	if cfg.CardHandoff == config.HandoffCDI {
+		run(func() { keepHookSpec(ctx, cfg.CDISpecDir, container.HookSpec(), cfg.GCInterval.Duration) })
+	}
 	var conflict error
 	run(func() {
 		if err := guard.Watch(ctx); errors.Is(err, coexist.ErrConflict) {
@@ -187,6 +190,25 @@ func prepareHost(cfg *config.Config) (hookenv.Container, error) {
 			"device", cdi.QualifiedName(cdi.HookKind, cdi.HookDevice))
 	}
 	return c, nil
+}
+
+// keepHookSpec writes the hook spec again whenever it is gone or altered (a cleaned
+// /var/run, an edit by hand), checking every interval; an unchanged file is not touched.
+func keepHookSpec(ctx context.Context, dir string, spec *cdi.Spec, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if changed, err := cdi.Write(dir, spec); err != nil {
+			klog.ErrorS(err, "Cannot restore the hook library's CDI spec", "dir", dir)
+		} else if changed {
+			klog.InfoS("Restored the hook library's CDI spec", "file", filepath.Join(dir, cdi.FileName(spec.Kind)))
+		}
+	}
 }
 
 // checkCardDevices logs the cards whose CDI device (cdiCardKind=UUID) no spec on the

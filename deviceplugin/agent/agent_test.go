@@ -212,7 +212,7 @@ func TestTheAgentStaysOffANodeAnotherGPUPluginServes(t *testing.T) {
 func TestTheAgentInCDIModeWritesItsSpecAndNamesTheCardAsACDIDevice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	k, cfg := agentOnFakeKubelet(t, "--card-handoff=cdi", "--metrics-address=")
+	k, cfg := agentOnFakeKubelet(t, "--card-handoff=cdi", "--metrics-address=", "--gc-interval=50ms")
 	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
 	machine := nvmlfake.FourCardsTwoNUMA()
 	done := make(chan error, 1)
@@ -223,6 +223,17 @@ func TestTheAgentInCDIModeWritesItsSpecAndNamesTheCardAsACDIDevice(t *testing.T)
 	names, problems := cdi.DeviceNames([]string{cfg.CDISpecDir}, cdi.HookKind)
 	if _, ok := names[cdi.HookDevice]; !ok || len(problems) > 0 {
 		t.Fatalf("hook spec in %s: %v %v", cfg.CDISpecDir, names, problems)
+	}
+	// A spec removed behind the agent's back is written again (every gcInterval).
+	spec := filepath.Join(cfg.CDISpecDir, cdi.FileName(cdi.HookKind))
+	if err := os.Remove(spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := os.Stat(spec); err != nil; _, err = os.Stat(spec) {
+		if ctx.Err() != nil {
+			t.Fatalf("hook spec not restored: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	a := &api.PodAssignment{Node: "node-a", QoS: api.QoSFixedShare, Containers: []api.ContainerAssignment{
 		{Name: "main", Cards: []api.CardAssignment{{UUID: machine.UUID(3), MemoryMiB: 2048, Cores: 10}}}}}
