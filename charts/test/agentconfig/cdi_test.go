@@ -1,6 +1,7 @@
 package agentconfig
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -54,5 +55,22 @@ func TestCardHandoffReachesTheAgentAndMountsTheCDIDirectories(t *testing.T) {
 		if hostPaths["cdi-static-specs"] != "/etc/cdi" || mounts["cdi-static-specs"] != "/etc/cdi" || !readOnly["cdi-static-specs"] {
 			t.Errorf("/etc/cdi: host %q mounted at %q read-only %t", hostPaths["cdi-static-specs"], mounts["cdi-static-specs"], readOnly["cdi-static-specs"])
 		}
+	}
+}
+
+// The schema refuses a misspelt handoff, slot topology or CDI kind, naming the value.
+func TestTheSchemaRefusesBadCardHandoffValues(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{"devicePlugin:\n  config: {cardHandoff: CDI}\n", "cardHandoff"},
+		{"devicePlugin:\n  config: {slotTopology: single-numa-node}\n", "slotTopology"},
+		{"devicePlugin:\n  config: {cdiCardKind: nvidia.com}\n", "cdiCardKind"},
+		{"devicePlugin:\n  config: {cdiSpecDir: run/cdi}\n", "cdiSpecDir"},
+	} {
+		if _, err := charttest.RenderValues(t, c.values); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("values %q: err = %v, want a schema error naming %s", c.values, err, c.want)
+		}
+	}
+	if _, err := charttest.RenderValues(t, "devicePlugin:\n  config: {cardHandoff: both, slotTopology: numa, cdiCardKind: k8s.device-plugin.nvidia.com/gpu}\n"); err != nil {
+		t.Errorf("valid values refused: %v", err)
 	}
 }
