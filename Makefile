@@ -43,9 +43,11 @@ test-vgpu-core:
 # SOAK_SEEDS here; raise it locally for longer soaks.
 SOAK_SEEDS ?= 300
 fuzz:
-	@for f in $$($(GO) test ./api -list '^Fuzz' | grep '^Fuzz'); do \
-		echo "fuzz $$f ($(FUZZTIME))"; \
-		$(GO) test ./api -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for p in ./api ./deviceplugin/usage; do \
+		for f in $$($(GO) test $$p -list '^Fuzz' | grep '^Fuzz'); do \
+			echo "fuzz $$p $$f ($(FUZZTIME))"; \
+			$(GO) test $$p -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
 	done
 	$(GO) test ./plugins/vgpu -run '^TestSessionSoak$$' -count=1 -args -soak-seeds=$(SOAK_SEEDS)
 

@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	}
 	defer prc.Close()
 	store := &records.Store{Root: cfg.StateDir}
-	m := metrics.New(promReg, metrics.Sources{Cards: reg, Store: store, Pods: pods})
+	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)

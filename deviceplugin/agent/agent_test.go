@@ -111,10 +111,12 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`tessera_container_memory_limit_mib{container="main",namespace="ns",pod="p",uuid="` + machine.UUID(2) + `"} 4096`,
-		`tessera_card_assigned_cores_percent{index="2",model="NVIDIA A30",uuid="` + machine.UUID(2) + `"} 25`,
-		`tessera_kubelet_calls_total{call="PreStartContainer",result="ok"} 1`,
-		`tessera_kubelet_registrations_total 1`,
+		`tessera_container_gpu_memory_limit_bytes{container="main",index="2",namespace="ns",node="node-a",pod="p",uuid="` + machine.UUID(2) + `"} 4.294967296e+09`,
+		`tessera_card_assigned_cores_ratio{index="2",model="NVIDIA A30",node="node-a",uuid="` + machine.UUID(2) + `"} 0.25`,
+		// The fake runtime runs no process, so no hook library ever creates the region.
+		`tessera_container_hook_loaded{container="main",namespace="ns",node="node-a",pod="p"} 0`,
+		`tessera_kubelet_calls_total{call="PreStartContainer",node="node-a",result="ok"} 1`,
+		`tessera_kubelet_registrations_total{node="node-a"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)

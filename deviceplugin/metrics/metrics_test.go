@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
+	"github.com/tessera-gpu/tessera/deviceplugin/usage"
 )
 
 type livePods map[types.UID]bool
@@ -22,48 +25,131 @@ func (l livePods) Get(string, string) (*corev1.Pod, bool) { return nil, false }
 func (l livePods) Exists(uid types.UID) bool              { return l[uid] }
 func (l livePods) Synced() bool                           { return true }
 
-func TestMetricsReportCardsAndTheContainersOfLivePodsOnly(t *testing.T) {
+// fixture is a node with two cards and containers of three pods: u1 (live, started, its
+// region written as vgpu-core would), u2 (gone), u3 (live, started, no region: the hook
+// library never loaded).
+func fixture(t *testing.T) (*cards.Registry, *records.Store) {
+	t.Helper()
 	reg := cards.NewRegistry([]api.Card{
 		{UUID: "GPU-a", Index: 0, Model: "L4", MemoryMiB: 23034, NUMA: 0, Shares: 4, Healthy: true},
 		{UUID: "GPU-b", Index: 1, Model: "L4", MemoryMiB: 23034, NUMA: 0, Shares: 4, Healthy: true},
 	}, nil)
 	reg.SetHealth("GPU-b", false, "test")
 	store := &records.Store{Root: t.TempDir()}
+	started := time.Unix(1700000000, 0)
 	for _, r := range []records.Record{
-		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0"},
-			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 3000, Cores: 30}}, QoS: api.QoSFixedShare},
+		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0", "GPU-b::0"},
+			Cards: []api.CardAssignment{{UUID: "GPU-b", MemoryMiB: 1000, Cores: 100}, {UUID: "GPU-a", MemoryMiB: 3000, Cores: 30}},
+			QoS: api.QoSFixedShare, Started: &started},
 		{Namespace: "ns", Pod: "gone", UID: "u2", Container: "c", SlotIDs: []string{"GPU-a::1"},
 			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 5000, Cores: 0}}, QoS: api.QoSFixedShare},
+		{Namespace: "ns", Pod: "nohook", UID: "u3", Container: "c", SlotIDs: []string{"GPU-a::2"},
+			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 10}}, QoS: api.QoSFixedShare, Started: &started},
 	} {
-		r := r
 		if err := store.Prepare(&r, "version=1\n"); err != nil {
 			t.Fatal(err)
 		}
+		if r.Started != nil {
+			if err := store.MarkStarted(&r, *r.Started); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	// u1's region: ordinal 0 is GPU-b, ordinal 1 is GPU-a (the record's order). Two
+	// processes (pids 7 and 8, started one tick after boot: neither runs here), counted
+	// as alive or not depending on whether the agent sees the host's processes.
+	r := &usage.Region{Version: usage.LayoutVersion}
+	r.Cards[1] = usage.Card{UsedBytes: 1 << 30, Capped: true, UtilPercent: 27, ChargedNanos: 1e9}
+	r.Procs = []usage.Proc{
+		{Slot: 0, PID: 7, StartTime: 1, Used: [usage.MaxCards]uint64{0: 0, 1: 512 << 20}},
+		{Slot: 1, PID: 8, StartTime: 1, Used: [usage.MaxCards]uint64{0: 100 << 20, 1: 512 << 20}},
+	}
+	b, err := usage.Encode(r)
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.WriteFile(filepath.Join(store.ContainerDir("u1", "c"), records.RegionFileName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return reg, store
+}
+
+func TestMetricsReportCardsAndTheContainersOfLivePodsOnly(t *testing.T) {
+	reg, store := fixture(t)
 	promReg := prometheus.NewPedanticRegistry()
-	m := New(promReg, Sources{Cards: reg, Store: store, Pods: livePods{"u1": true}})
+	// A procfs that is not the host's: every registered process counts as alive.
+	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{"u1": true, "u3": true}, ProcRoot: t.TempDir()})
 	m.ObserveCall("Allocate", nil, time.Millisecond)
 	m.ObserveCall("Allocate", errors.New("refused"), time.Millisecond)
 	want := `
-# HELP tessera_card_assigned_memory_mib Memory limits of the containers set up on the card.
-# TYPE tessera_card_assigned_memory_mib gauge
-tessera_card_assigned_memory_mib{index="0",model="L4",uuid="GPU-a"} 3000
-tessera_card_assigned_memory_mib{index="1",model="L4",uuid="GPU-b"} 0
+# HELP tessera_card_assigned_memory_bytes Memory limits of the containers set up on the card.
+# TYPE tessera_card_assigned_memory_bytes gauge
+tessera_card_assigned_memory_bytes{index="0",model="L4",node="n1",uuid="GPU-a"} 4.194304e+09
+tessera_card_assigned_memory_bytes{index="1",model="L4",node="n1",uuid="GPU-b"} 1.048576e+09
 # HELP tessera_card_healthy 1 when the card is healthy, 0 when not.
 # TYPE tessera_card_healthy gauge
-tessera_card_healthy{index="0",model="L4",uuid="GPU-a"} 1
-tessera_card_healthy{index="1",model="L4",uuid="GPU-b"} 0
-# HELP tessera_container_sm_limit_percent A container's SM limit on one of its cards (100 = uncapped).
-# TYPE tessera_container_sm_limit_percent gauge
-tessera_container_sm_limit_percent{container="c",namespace="ns",pod="live",uuid="GPU-a"} 30
+tessera_card_healthy{index="0",model="L4",node="n1",uuid="GPU-a"} 1
+tessera_card_healthy{index="1",model="L4",node="n1",uuid="GPU-b"} 0
+# HELP tessera_container_gpu_sm_limit_ratio A container's SM limit on one of its cards, as a share of the card (1 = uncapped).
+# TYPE tessera_container_gpu_sm_limit_ratio gauge
+tessera_container_gpu_sm_limit_ratio{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 0.3
+tessera_container_gpu_sm_limit_ratio{container="c",index="0",namespace="ns",node="n1",pod="nohook",uuid="GPU-a"} 0.1
+tessera_container_gpu_sm_limit_ratio{container="c",index="1",namespace="ns",node="n1",pod="live",uuid="GPU-b"} 1
+# HELP tessera_container_gpu_memory_used_bytes Device memory the container's live processes hold on the card, read from vgpu-core's shared region.
+# TYPE tessera_container_gpu_memory_used_bytes gauge
+tessera_container_gpu_memory_used_bytes{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 1.073741824e+09
+tessera_container_gpu_memory_used_bytes{container="c",index="1",namespace="ns",node="n1",pod="live",uuid="GPU-b"} 1.048576e+08
+# HELP tessera_container_gpu_sm_utilization_ratio Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).
+# TYPE tessera_container_gpu_sm_utilization_ratio gauge
+tessera_container_gpu_sm_utilization_ratio{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 0.27
+# HELP tessera_container_hook_loaded 1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.
+# TYPE tessera_container_hook_loaded gauge
+tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="live"} 1
+tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="nohook"} 0
 # HELP tessera_kubelet_calls_total Kubelet device plugin calls by call and result (ok or refused).
 # TYPE tessera_kubelet_calls_total counter
-tessera_kubelet_calls_total{call="Allocate",result="ok"} 1
-tessera_kubelet_calls_total{call="Allocate",result="refused"} 1
+tessera_kubelet_calls_total{call="Allocate",node="n1",result="ok"} 1
+tessera_kubelet_calls_total{call="Allocate",node="n1",result="refused"} 1
 `
-	err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_card_assigned_memory_mib", "tessera_card_healthy",
-		"tessera_container_sm_limit_percent", "tessera_kubelet_calls_total")
+	err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_card_assigned_memory_bytes", "tessera_card_healthy",
+		"tessera_container_gpu_sm_limit_ratio", "tessera_container_gpu_memory_used_bytes", "tessera_container_gpu_sm_utilization_ratio",
+		"tessera_container_hook_loaded", "tessera_kubelet_calls_total")
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+func TestMetricsLeaveOutProcessesTheHostSaysAreGone(t *testing.T) {
+	if !usage.SeesHostPIDs("/proc") {
+		t.Skip("this test process is not in the host's pid namespace, so it cannot judge host processes")
+	}
+	reg, store := fixture(t)
+	promReg := prometheus.NewPedanticRegistry()
+	New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{"u1": true}})
+	want := `
+# HELP tessera_container_gpu_memory_used_bytes Device memory the container's live processes hold on the card, read from vgpu-core's shared region.
+# TYPE tessera_container_gpu_memory_used_bytes gauge
+tessera_container_gpu_memory_used_bytes{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 0
+tessera_container_gpu_memory_used_bytes{container="c",index="1",namespace="ns",node="n1",pod="live",uuid="GPU-b"} 0
+# HELP tessera_container_gpu_processes Live processes registered in the container's shared region.
+# TYPE tessera_container_gpu_processes gauge
+tessera_container_gpu_processes{container="c",namespace="ns",node="n1",pod="live"} 0
+`
+	if err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_container_gpu_memory_used_bytes",
+		"tessera_container_gpu_processes"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestLastPublishTimestamp(t *testing.T) {
+	reg, store := fixture(t)
+	promReg := prometheus.NewPedanticRegistry()
+	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{}})
+	m.now = func() time.Time { return time.Unix(1700000000, 500e6) }
+	m.ObservePublish(nil, time.Millisecond)
+	m.now = func() time.Time { return time.Unix(1800000000, 0) }
+	m.ObservePublish(errors.New("conflict"), time.Millisecond)
+	if got := testutil.ToFloat64(m.lastPublish); got != 1700000000.5 {
+		t.Errorf("last publish = %v, want the time of the last successful write", got)
 	}
 }

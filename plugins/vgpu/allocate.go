@@ -81,6 +81,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	}
 	task.Pod = pod
 	p.store.put(types.UID(task.UID), a, now)
+	p.metrics.placed(original.CreationTimestamp.Time, now)
 	klog.V(4).InfoS("vGPU cards assigned", "task", ref, "node", node, "assignment", encoded)
 }
 

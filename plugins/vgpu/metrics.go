@@ -19,39 +19,49 @@ import (
 // labels are documented in plugins/vgpu/README.md and docs/reference.md.
 type metrics struct {
 	cardMemory, cardCapacity, cardCores, cardTenants *prometheus.GaugeVec
-	queueShare, pending                              *prometheus.GaugeVec
-	open                                             prometheus.Histogram
+	queueMemory, queueCards, pending                 *prometheus.GaugeVec
+	open, placement                                  prometheus.Histogram
 	pluginSeconds                                    *prometheus.CounterVec
 	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
 	// thousands of times a session.
 	hooks map[string]prometheus.Counter
 }
 
+// cardLabels are the labels of the scheduler's card metrics: the same card labels
+// (uuid, index) as the node agent's, so the two join.
+var cardLabels = []string{"node", "index", "uuid"}
+
+// mib is the bytes of a MiB: assignments count memory in MiB, metrics in bytes.
+const mib = 1 << 20
+
 // newMetrics creates the metrics on reg; a nil reg registers them nowhere (tests).
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	card := []string{"node", "card", "uuid"}
 	m := &metrics{
 		cardMemory: f.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_memory_mib",
-			Help: "Card memory assigned to pods, in MiB, as the last session saw it.",
-		}, card),
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_memory_bytes",
+			Help: "Card memory assigned to pods, as the last session saw it.",
+		}, cardLabels),
 		cardCapacity: f.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "tessera", Subsystem: "scheduler", Name: "card_memory_mib",
-			Help: "Schedulable card memory (physical times oversubscription), in MiB.",
-		}, card),
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_memory_bytes",
+			Help: "Schedulable card memory (physical times oversubscription).",
+		}, cardLabels),
 		cardCores: f.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_cores_percent",
-			Help: "Percent of the card's SMs assigned to pods.",
-		}, card),
+			Namespace: "tessera", Subsystem: "scheduler", Name: "card_allocated_cores_ratio",
+			Help: "Share of the card's SMs assigned to pods (0-1).",
+		}, cardLabels),
 		cardTenants: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "card_tenants",
 			Help: "Containers sharing the card.",
-		}, card),
-		queueShare: f.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_share",
-			Help: "Each queue's card memory (MiB) and cores (card percent) at the end of the last session: deserved, allocated and requested.",
-		}, []string{"queue", "resource", "kind"}),
+		}, cardLabels),
+		queueMemory: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_memory_bytes",
+			Help: "Each queue's card memory at the end of the last session: deserved, allocated and requested (kind).",
+		}, []string{"queue", "kind"}),
+		queueCards: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_cards",
+			Help: "Each queue's card cores in whole cards (1 = all SMs of one card) at the end of the last session: deserved, allocated and requested (kind).",
+		}, []string{"queue", "kind"}),
 		pending: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
 			Help: "vGPU tasks left pending by the last session, by the reason most nodes gave.",
@@ -60,6 +70,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "tessera", Subsystem: "scheduler", Name: "session_open_seconds",
 			Help:    "Time the vgpu plugin takes to open a session (reading inventories and bookings).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		placement: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_placement_seconds",
+			Help:    "Time from a vGPU pod's creation to the session that booked its cards (a booking a gang rolls back counts too).",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 16),
 		}),
 		pluginSeconds: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "plugin_seconds_total",
@@ -76,6 +91,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // timed adds the time since start to a hook's counter.
 func (m *metrics) timed(hook string, start time.Time) {
 	m.hooks[hook].Add(time.Since(start).Seconds())
+}
+
+// placed records how long a vGPU pod waited for its cards.
+func (m *metrics) placed(created, now time.Time) {
+	if !created.IsZero() && !now.Before(created) {
+		m.placement.Observe(now.Sub(created).Seconds())
+	}
 }
 
 // Pending reasons that are not an placement.Reason.
@@ -136,18 +158,18 @@ func (p *vgpuPlugin) refusedGang(job vapi.JobID) bool {
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	m := p.metrics
-	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueShare} {
+	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueMemory, m.queueCards} {
 		v.Reset()
 	}
 	p.ledger.eachCard(func(name string, c *placement.CardState) {
 		idx := strconv.Itoa(c.Index)
-		m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB))
-		m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB))
-		m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores))
+		m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB) * mib)
+		m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB) * mib)
+		m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores) / 100)
 		m.cardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
 	})
 	if p.shares != nil {
-		p.shares.publish(m.queueShare)
+		p.shares.publish(m.queueMemory, m.queueCards)
 	}
 	for _, job := range ssn.Jobs {
 		for _, task := range job.TaskStatusIndex[vapi.Pending] {

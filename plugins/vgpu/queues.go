@@ -359,14 +359,15 @@ func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
 	p.shares.release(e.Task.UID, e.Task.Status == vapi.Releasing)
 }
 
-// publish records every queue's share in the gauge.
-func (s *queueShares) publish(gauge *prometheus.GaugeVec) {
+// publish records every queue's share in base units: memory in bytes, cores in whole
+// cards.
+func (s *queueShares) publish(memory, cards *prometheus.GaugeVec) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, q := range s.queues {
 		for kind, a := range map[string]fairshare.Amount{"deserved": q.deserved, "allocated": q.allocated, "request": q.request} {
-			gauge.WithLabelValues(q.name, "memory_mib", kind).Set(a.MemoryMiB)
-			gauge.WithLabelValues(q.name, "cores", kind).Set(a.Cores)
+			memory.WithLabelValues(q.name, kind).Set(a.MemoryMiB * mib)
+			cards.WithLabelValues(q.name, kind).Set(a.Cores / 100)
 		}
 	}
 }

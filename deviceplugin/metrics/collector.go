@@ -1,0 +1,169 @@
+package metrics
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
+	"github.com/tessera-gpu/tessera/deviceplugin/usage"
+)
+
+const mib = 1 << 20
+
+// descs are the scrape-time series. Card series: node, uuid, index, model. Container
+// series: node, namespace, pod, container, uuid, index.
+type descs struct {
+	memory, shares, healthy, assignedMem, assignedSM       *prometheus.Desc
+	limitMem, limitSM, usedMem, usedSM, capped, hookLoaded *prometheus.Desc
+	processes, regionReadable                              *prometheus.Desc
+}
+
+func newDescs(node string) descs {
+	card := []string{"uuid", "index", "model"}
+	container := []string{"namespace", "pod", "container", "uuid", "index"}
+	pod := []string{"namespace", "pod", "container"}
+	c := prometheus.Labels{"node": node}
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(namespace+"_"+name, help, labels, c)
+	}
+	return descs{
+		memory:         d("card_memory_bytes", "Device memory of the card.", card),
+		shares:         d("card_shares", "Containers the card may serve at once (kubelet slots).", card),
+		healthy:        d("card_healthy", "1 when the card is healthy, 0 when not.", card),
+		assignedMem:    d("card_assigned_memory_bytes", "Memory limits of the containers set up on the card.", card),
+		assignedSM:     d("card_assigned_cores_ratio", "Sum of the SM limits of the containers set up on the card, as a share of the card (0-1 when not over-committed).", card),
+		limitMem:       d("container_gpu_memory_limit_bytes", "A container's memory limit on one of its cards.", container),
+		limitSM:        d("container_gpu_sm_limit_ratio", "A container's SM limit on one of its cards, as a share of the card (1 = uncapped).", container),
+		usedMem:        d("container_gpu_memory_used_bytes", "Device memory the container's live processes hold on the card, read from vgpu-core's shared region.", container),
+		usedSM:         d("container_gpu_sm_utilization_ratio", "Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).", container),
+		capped:         d("container_gpu_sm_capped", "1 while vgpu-core meters the container's launches on the card, 0 when not.", container),
+		hookLoaded:     d("container_hook_loaded", "1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.", pod),
+		processes:      d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
+		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt.", pod),
+	}
+}
+
+func (d descs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{d.memory, d.shares, d.healthy, d.assignedMem, d.assignedSM, d.limitMem, d.limitSM,
+		d.usedMem, d.usedSM, d.capped, d.hookLoaded, d.processes, d.regionReadable}
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+type collector struct {
+	src      Sources
+	d        descs
+	hostPIDs bool
+}
+
+func newCollector(src Sources) *collector {
+	c := &collector{src: src, d: newDescs(src.Node), hostPIDs: usage.SeesHostPIDs(src.ProcRoot)}
+	if !c.hostPIDs {
+		klog.InfoS("Metrics: the agent does not see the host's processes (hostPID off); containers' GPU memory includes processes that exited without freeing until the container reclaims it",
+			"procRoot", src.ProcRoot)
+	}
+	return c
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d.all() {
+		ch <- d
+	}
+}
+
+// Collect reads everything once per scrape: the records, then each live container's
+// region through one usage.Sampler (one scan of the host's processes at most).
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	inv := c.src.Cards.Inventory()
+	index := make(map[string]string, len(inv.Cards))
+	for _, card := range inv.Cards {
+		index[card.UUID] = strconv.Itoa(card.Index)
+	}
+	assignedMem, assignedSM := map[string]float64{}, map[string]float64{}
+	recs, err := c.src.Store.Records()
+	if err != nil {
+		klog.ErrorS(err, "Metrics: cannot read container records")
+	}
+	sampler := usage.NewSampler(c.src.ProcRoot, c.hostPIDs)
+	for uid, rs := range recs {
+		if !c.src.Pods.Exists(types.UID(uid)) {
+			continue // gone; its directory waits for garbage collection
+		}
+		for _, r := range rs {
+			u := c.containerUsage(ch, sampler, r)
+			for i, card := range r.Cards {
+				assignedMem[card.UUID] += float64(card.MemoryMiB) * mib
+				assignedSM[card.UUID] += float64(hookenv.SMLimit(card.Cores)) / 100
+				labels := []string{r.Namespace, r.Pod, r.Container, card.UUID, index[card.UUID]}
+				gauge(ch, c.d.limitMem, float64(card.MemoryMiB)*mib, labels...)
+				gauge(ch, c.d.limitSM, float64(hookenv.SMLimit(card.Cores))/100, labels...)
+				if u == nil || i >= usage.MaxCards {
+					continue
+				}
+				cu := u.Cards[i] // the region's cards are the container's CUDA ordinals: the record's order
+				gauge(ch, c.d.usedMem, float64(cu.UsedBytes), labels...)
+				gauge(ch, c.d.capped, boolValue(cu.Capped), labels...)
+				if cu.Measured {
+					gauge(ch, c.d.usedSM, cu.SMRatio, labels...)
+				}
+			}
+		}
+	}
+	for _, card := range inv.Cards {
+		l := []string{card.UUID, strconv.Itoa(card.Index), card.Model}
+		gauge(ch, c.d.memory, float64(card.MemoryMiB)*mib, l...)
+		gauge(ch, c.d.shares, float64(card.Shares), l...)
+		gauge(ch, c.d.healthy, boolValue(card.Healthy), l...)
+		gauge(ch, c.d.assignedMem, assignedMem[card.UUID], l...)
+		gauge(ch, c.d.assignedSM, assignedSM[card.UUID], l...)
+	}
+}
+
+// containerUsage reads a container's region: nil when there is none to read. A started
+// container without a region has not loaded the hook library (or never touched CUDA).
+func (c *collector) containerUsage(ch chan<- prometheus.Metric, s *usage.Sampler, r *records.Record) *usage.ContainerUsage {
+	labels := []string{r.Namespace, r.Pod, r.Container}
+	path := filepath.Join(c.src.Store.ContainerDir(r.UID, r.Container), records.RegionFileName)
+	u, _, err := s.Container(path)
+	switch {
+	case err == nil:
+		if r.Started != nil {
+			gauge(ch, c.d.hookLoaded, 1, labels...)
+		}
+		gauge(ch, c.d.regionReadable, 1, labels...)
+		gauge(ch, c.d.processes, float64(u.LiveProcs), labels...)
+		return &u
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, usage.ErrNotRegion):
+		if r.Started != nil {
+			gauge(ch, c.d.hookLoaded, 0, labels...)
+		}
+		return nil
+	default:
+		// Another layout version or an unreadable file: the hook library is there.
+		klog.V(2).InfoS("Metrics: cannot read a container's shared region", "pod", klog.KRef(r.Namespace, r.Pod),
+			"container", r.Container, "err", err)
+		if r.Started != nil {
+			gauge(ch, c.d.hookLoaded, 1, labels...)
+		}
+		gauge(ch, c.d.regionReadable, 0, labels...)
+		return nil
+	}
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
