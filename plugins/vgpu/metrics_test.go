@@ -3,10 +3,13 @@ package vgpu
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
@@ -14,11 +17,13 @@ import (
 )
 
 func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
+	placed := vgpuPod("a", "fits", 1, 10000, 30, nil)
+	placed.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
 	utc := &uthelper.TestCommonStruct{
 		Nodes:     []*corev1.Node{gpuNode("m1", 2, "NVIDIA A100", 40960)},
 		PodGroups: []*schedulingv1.PodGroup{podGroup("fits", 1), podGroup("t4only", 1), podGroup("bad", 1)},
 		Pods: []*corev1.Pod{
-			vgpuPod("a", "fits", 1, 10000, 30, nil),
+			placed,
 			vgpuPod("b", "t4only", 1, 1000, 10, map[string]string{api.AnnotationGPUTypeInclude: "T4"}),
 			vgpuPod("c", "bad", 1, 1000, 10, map[string]string{api.AnnotationQoS: "gold"}),
 		},
@@ -29,11 +34,22 @@ func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
 	m := p.metrics
 	used := testutil.ToFloat64(m.cardMemory.WithLabelValues("m1", "0", "GPU-m1-0")) +
 		testutil.ToFloat64(m.cardMemory.WithLabelValues("m1", "1", "GPU-m1-1"))
-	if used != 10000 {
-		t.Fatalf("card memory gauges sum to %v MiB, want 10000", used)
+	if used != 10000*mib {
+		t.Fatalf("card memory gauges sum to %v bytes, want 10000 MiB", used)
 	}
-	if got := testutil.ToFloat64(m.cardCapacity.WithLabelValues("m1", "0", "GPU-m1-0")); got != 40960 {
-		t.Fatalf("capacity gauge %v, want 40960", got)
+	cores := testutil.ToFloat64(m.cardCores.WithLabelValues("m1", "0", "GPU-m1-0")) +
+		testutil.ToFloat64(m.cardCores.WithLabelValues("m1", "1", "GPU-m1-1"))
+	if cores != 0.3 {
+		t.Fatalf("card cores gauges sum to %v, want a ratio of 0.3", cores)
+	}
+	if got := testutil.ToFloat64(m.cardCapacity.WithLabelValues("m1", "0", "GPU-m1-0")); got != 40960*mib {
+		t.Fatalf("capacity gauge %v, want 40960 MiB in bytes", got)
+	}
+	var latency dto.Metric
+	if err := m.placement.Write(&latency); err != nil || latency.GetHistogram().GetSampleCount() != 1 ||
+		latency.GetHistogram().GetSampleSum() < 59 {
+		t.Fatalf("placement latency: %v samples summing to %v s (%v), want one of about 60 s for the task that got its cards",
+			latency.GetHistogram().GetSampleCount(), latency.GetHistogram().GetSampleSum(), err)
 	}
 	if got := testutil.ToFloat64(m.pending.WithLabelValues("excluded by GPU type annotation")); got != 1 {
 		t.Fatalf("pending by type filter = %v, want 1", got)
@@ -67,4 +83,19 @@ func TestSchedulerMetricsAreRegisteredWhereTold(t *testing.T) {
 	}
 	_ = NewScheduler()
 	_ = NewScheduler() // unregistered: no duplicate-registration panic
+}
+
+func TestPlacementLatencyIgnoresPodsWithoutACreationTime(t *testing.T) {
+	m := newMetrics(nil)
+	now := time.Unix(1700000000, 0)
+	m.placed(time.Time{}, now)
+	m.placed(now.Add(time.Second), now) // a clock behind the API server's
+	m.placed(now.Add(-2*time.Second), now)
+	var latency dto.Metric
+	if err := m.placement.Write(&latency); err != nil {
+		t.Fatal(err)
+	}
+	if h := latency.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 2 {
+		t.Fatalf("%d samples summing to %v, want the one 2 s wait", h.GetSampleCount(), h.GetSampleSum())
+	}
 }
