@@ -17,12 +17,15 @@ import (
 
 const mib = 1 << 20
 
+// queueKey is the label (and annotation) Volcano's job controller puts on a job's pods.
+const queueKey = "volcano.sh/queue-name"
+
 // descs are the scrape-time series. Card series: node, uuid, index, model. Container
 // series: node, namespace, pod, container, uuid, index.
 type descs struct {
 	memory, shares, healthy, assignedMem, assignedSM       *prometheus.Desc
 	limitMem, limitSM, usedMem, usedSM, capped, hookLoaded *prometheus.Desc
-	processes, regionReadable                              *prometheus.Desc
+	processes, regionReadable, queue                       *prometheus.Desc
 }
 
 func newDescs(node string) descs {
@@ -34,25 +37,27 @@ func newDescs(node string) descs {
 		return prometheus.NewDesc(namespace+"_"+name, help, labels, c)
 	}
 	return descs{
-		memory:         d("card_memory_bytes", "Device memory of the card.", card),
-		shares:         d("card_shares", "Containers the card may serve at once (kubelet slots).", card),
-		healthy:        d("card_healthy", "1 when the card is healthy, 0 when not.", card),
-		assignedMem:    d("card_assigned_memory_bytes", "Memory limits of the containers set up on the card.", card),
-		assignedSM:     d("card_assigned_cores_ratio", "Sum of the SM limits of the containers set up on the card, as a share of the card (0-1 when not over-committed).", card),
-		limitMem:       d("container_gpu_memory_limit_bytes", "A container's memory limit on one of its cards.", container),
-		limitSM:        d("container_gpu_sm_limit_ratio", "A container's SM limit on one of its cards, as a share of the card (1 = uncapped).", container),
-		usedMem:        d("container_gpu_memory_used_bytes", "Device memory the container's live processes hold on the card, read from vgpu-core's shared region.", container),
-		usedSM:         d("container_gpu_sm_utilization_ratio", "Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).", container),
-		capped:         d("container_gpu_sm_capped", "1 while vgpu-core meters the container's launches on the card, 0 when not.", container),
-		hookLoaded:     d("container_hook_loaded", "1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.", pod),
-		processes:      d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
+		memory:      d("card_memory_bytes", "Device memory of the card.", card),
+		shares:      d("card_shares", "Containers the card may serve at once (kubelet slots).", card),
+		healthy:     d("card_healthy", "1 when the card is healthy, 0 when not.", card),
+		assignedMem: d("card_assigned_memory_bytes", "Memory limits of the containers set up on the card.", card),
+		assignedSM:  d("card_assigned_cores_ratio", "Sum of the SM limits of the containers set up on the card, as a share of the card (0-1 when not over-committed).", card),
+		limitMem:    d("container_gpu_memory_limit_bytes", "A container's memory limit on one of its cards.", container),
+		limitSM:     d("container_gpu_sm_limit_ratio", "A container's SM limit on one of its cards, as a share of the card (1 = uncapped).", container),
+		usedMem:     d("container_gpu_memory_used_bytes", "Device memory the container's live processes hold on the card, read from vgpu-core's shared region.", container),
+		usedSM:      d("container_gpu_sm_utilization_ratio", "Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).", container),
+		capped:      d("container_gpu_sm_capped", "1 while vgpu-core meters the container's launches on the card, 0 when not.", container),
+		hookLoaded:  d("container_hook_loaded", "1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.", pod),
+		processes:   d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
+		queue: d("container_queue_info", "1 for every vGPU container, labelled with its Volcano queue (the pod's "+queueKey+" label; empty when it has none): join on namespace, pod, container to sum use by queue.",
+			append(pod, "queue")),
 		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt.", pod),
 	}
 }
 
 func (d descs) all() []*prometheus.Desc {
 	return []*prometheus.Desc{d.memory, d.shares, d.healthy, d.assignedMem, d.assignedSM, d.limitMem, d.limitSM,
-		d.usedMem, d.usedSM, d.capped, d.hookLoaded, d.processes, d.regionReadable}
+		d.usedMem, d.usedSM, d.capped, d.hookLoaded, d.processes, d.regionReadable, d.queue}
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -97,6 +102,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			continue // gone; its directory waits for garbage collection
 		}
 		for _, r := range rs {
+			gauge(ch, c.d.queue, 1, r.Namespace, r.Pod, r.Container, c.queueOf(r))
 			u := c.containerUsage(ch, sampler, r)
 			for i, card := range r.Cards {
 				assignedMem[card.UUID] += float64(card.MemoryMiB) * mib
@@ -155,6 +161,17 @@ func (c *collector) containerUsage(ch chan<- prometheus.Metric, s *usage.Sampler
 		gauge(ch, c.d.regionReadable, 0, labels...)
 		return nil
 	}
+}
+
+func (c *collector) queueOf(r *records.Record) string {
+	pod, ok := c.src.Pods.Get(r.Namespace, r.Pod)
+	if !ok {
+		return ""
+	}
+	if q := pod.Labels[queueKey]; q != "" {
+		return q
+	}
+	return pod.Annotations[queueKey]
 }
 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -21,9 +22,16 @@ import (
 
 type livePods map[types.UID]bool
 
-func (l livePods) Get(string, string) (*corev1.Pod, bool) { return nil, false }
-func (l livePods) Exists(uid types.UID) bool              { return l[uid] }
-func (l livePods) Synced() bool                           { return true }
+// Get knows one pod's queue: the live pod is a VolcanoJob's, in queue "research".
+func (l livePods) Get(_, name string) (*corev1.Pod, bool) {
+	if name != "live" {
+		return nil, false
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"volcano.sh/queue-name": "research"}}}, true
+}
+
+func (l livePods) Exists(uid types.UID) bool { return l[uid] }
+func (l livePods) Synced() bool              { return true }
 
 // fixture is a node with two cards and containers of three pods: u1 (live, started, its
 // region written as vgpu-core would), u2 (gone), u3 (live, started, no region: the hook
@@ -40,7 +48,7 @@ func fixture(t *testing.T) (*cards.Registry, *records.Store) {
 	for _, r := range []records.Record{
 		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0", "GPU-b::0"},
 			Cards: []api.CardAssignment{{UUID: "GPU-b", MemoryMiB: 1000, Cores: 100}, {UUID: "GPU-a", MemoryMiB: 3000, Cores: 30}},
-			QoS: api.QoSFixedShare, Started: &started},
+			QoS:   api.QoSFixedShare, Started: &started},
 		{Namespace: "ns", Pod: "gone", UID: "u2", Container: "c", SlotIDs: []string{"GPU-a::1"},
 			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 5000, Cores: 0}}, QoS: api.QoSFixedShare},
 		{Namespace: "ns", Pod: "nohook", UID: "u3", Container: "c", SlotIDs: []string{"GPU-a::2"},
@@ -106,6 +114,10 @@ tessera_container_gpu_sm_utilization_ratio{container="c",index="0",namespace="ns
 # TYPE tessera_container_hook_loaded gauge
 tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="live"} 1
 tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="nohook"} 0
+# HELP tessera_container_queue_info 1 for every vGPU container, labelled with its Volcano queue (the pod's volcano.sh/queue-name label; empty when it has none): join on namespace, pod, container to sum use by queue.
+# TYPE tessera_container_queue_info gauge
+tessera_container_queue_info{container="c",namespace="ns",node="n1",pod="live",queue="research"} 1
+tessera_container_queue_info{container="c",namespace="ns",node="n1",pod="nohook",queue=""} 1
 # HELP tessera_kubelet_calls_total Kubelet device plugin calls by call and result (ok or refused).
 # TYPE tessera_kubelet_calls_total counter
 tessera_kubelet_calls_total{call="Allocate",node="n1",result="ok"} 1
@@ -113,7 +125,7 @@ tessera_kubelet_calls_total{call="Allocate",node="n1",result="refused"} 1
 `
 	err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_card_assigned_memory_bytes", "tessera_card_healthy",
 		"tessera_container_gpu_sm_limit_ratio", "tessera_container_gpu_memory_used_bytes", "tessera_container_gpu_sm_utilization_ratio",
-		"tessera_container_hook_loaded", "tessera_kubelet_calls_total")
+		"tessera_container_hook_loaded", "tessera_container_queue_info", "tessera_kubelet_calls_total")
 	if err != nil {
 		t.Error(err)
 	}
