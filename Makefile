@@ -55,6 +55,7 @@ fuzz:
 ## so Helm's dependencies stay out of the product's go.mod).
 chart-test:
 	cd charts/test && $(GO) vet ./... && $(GO) test -p 1 -count=1 ./...
+	cd charts/test/monitoring && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## chart-test-apiserver: the same plus a server-side dry-run of the chart and the CLI
 ## against a real kube-apiserver + etcd (uses the binaries `make e2e` builds).
