@@ -3,6 +3,7 @@ module github.com/tessera-gpu/tessera/charts/test
 go 1.24.0
 
 require (
+	github.com/prometheus/client_golang v1.22.0
 	github.com/tessera-gpu/tessera v0.0.0-00010101000000-000000000000
 	volcano.sh/volcano v1.14.1
 )
@@ -70,7 +71,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/selinux v1.11.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.22.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.64.0 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
