@@ -83,13 +83,21 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 	}
 	fmt.Print("\n", table, "\n")
 	fmt.Printf("Table written to %s; logs in %s (%s in all)\n", out, c.LogDir(), time.Since(start).Round(time.Second))
+	fmt.Println("== Metrics (Prometheus text format; scrape these while the cluster runs, e.g. with KEEP=1)")
+	lines, err := showMetrics(ctx, c, []string{"gpu-node-1", "gpu-node-2"})
+	if err != nil {
+		return err
+	}
+	for _, l := range lines {
+		fmt.Println("  ", l)
+	}
 	if reclaim {
 		fmt.Println("== Reclaim between queues")
 		lines, err := showReclaim(ctx, c, "tessera-demo", settle)
 		if err != nil {
 			return err
 		}
-		for _, l := range lines {
+			for _, l := range lines {
 			fmt.Println("  ", l)
 		}
 		after, err := placement(ctx, c, "tessera-demo")
@@ -109,7 +117,8 @@ The cluster stays up until Ctrl-C. In another shell:
   kubectl -n tessera-demo get pod train-llm-worker-0 -o jsonpath='{.metadata.annotations.tessera\.io/assignment}'
   kubectl get node gpu-node-1 -o jsonpath='{.metadata.annotations.tessera\.io/inventory}'
 What each container received: %s/nodes/<node>/records/*.json
-`, c.Kubeconfig, runDir)
+Metrics: curl -s %s | grep ^tessera_   (agents: %s, %s)
+`, c.Kubeconfig, runDir, c.SchedulerMetricsURL(), c.AgentMetricsURL("gpu-node-1"), c.AgentMetricsURL("gpu-node-2"))
 	<-ctx.Done()
 	return nil
 }

@@ -70,6 +70,9 @@ type Cluster struct {
 	agents   map[string]*proc
 	kubelets map[string]*proc
 	sched    *proc
+	// Where the scheduler and each node agent serve /metrics.
+	schedMetrics string
+	agentMetrics map[string]string
 	api      *proc
 	logDir   string
 	// The scheduler's way to the API server (apiproxy.go) and what ends it.
@@ -360,7 +363,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err
 	}
 	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.schedKubeconfig,
-		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz",
+		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
 	if err != nil {
 		return err
@@ -368,6 +371,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	c.add(p)
 	c.mu.Lock()
 	c.sched = p
+	c.schedMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", lp)
 	c.mu.Unlock()
 	if err := waitFor(ctx, "vc-scheduler healthz", 60*time.Second, p, healthz(hp)); err != nil {
 		return err
@@ -376,6 +380,21 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		_, err := c.Volcano.SchedulingV1beta1().Queues().Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
+}
+
+// SchedulerMetricsURL is where the scheduler serves its Prometheus metrics (Volcano's
+// and the vgpu plugin's).
+func (c *Cluster) SchedulerMetricsURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.schedMetrics
+}
+
+// AgentMetricsURL is where the node's agent serves its Prometheus metrics.
+func (c *Cluster) AgentMetricsURL(node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.agentMetrics[node]
 }
 
 // PauseAPIServer leaves kube-apiserver unresponsive for d: every client's requests

@@ -200,10 +200,15 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		return fmt.Errorf("no node %q", name)
 	}
 	dir := c.NodeDir(name)
+	mp, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", mp)
 	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
-		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=",
+		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=" + metrics,
 		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name)}, c.Opts.AgentArgs...)
 	args = append(append(args, n.AgentArgs...), extra...)
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
@@ -216,6 +221,10 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 	c.add(p)
 	c.mu.Lock()
 	c.agents[name] = p
+	if c.agentMetrics == nil {
+		c.agentMetrics = map[string]string{}
+	}
+	c.agentMetrics[name] = "http://" + metrics + "/metrics"
 	c.mu.Unlock()
 	return nil
 }
