@@ -28,6 +28,9 @@ func TestTheSchemaRefusesMisspelledAndOutOfRangeValues(t *testing.T) {
 		{"scheduler:\n  schedulePeriod: 1 second\n", "schedulePeriod"},
 		{"scheduler:\n  podDisruptionBudget: {maxUnavailable: half}\n", "maxUnavailable"},
 		{"sheduler:\n  enabled: false\n", "sheduler"},
+		{"prometheusRule:\n  memoryCapRatio: 95\n", "memoryCapRatio"},
+		{"prometheusRule:\n  hookNotLoadedFor: 15\n", "hookNotLoadedFor"},
+		{"grafanaDashboard:\n  enable: true\n", "enable"},
 	} {
 		_, err := RenderValues(t, c.values)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -39,6 +42,8 @@ func TestTheSchemaRefusesMisspelledAndOutOfRangeValues(t *testing.T) {
 		"scheduler:\n  podDisruptionBudget: {minAvailable: 1}\n",
 		"scheduler:\n  livenessProbe: null\n",
 		"devicePlugin:\n  config: {metricsPort: 0}\n",
+		"prometheusRule: {enabled: true, memoryCapRatio: 0.9}\ngrafanaDashboard: {enabled: true, namespace: monitoring}\nserviceMonitor: {enabled: true}\n",
+		"devicePlugin:\n  hostPID: false\n",
 	} {
 		if _, err := RenderValues(t, ok); err != nil {
 			t.Errorf("values %q refused: %v", ok, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
@@ -155,4 +156,20 @@ func TestDashboardConfigMapCarriesTheDashboardFile(t *testing.T) {
 		return
 	}
 	t.Fatalf("no dashboard ConfigMap: %v", r.Names())
+}
+
+// The agent sees the containers' processes (to leave exited ones out of used memory)
+// unless told not to.
+func TestTheAgentRunsInTheHostPIDNamespaceUnlessTurnedOff(t *testing.T) {
+	for values, want := range map[string]bool{"": true, "devicePlugin:\n  hostPID: false\n": false} {
+		r, err := RenderValues(t, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ds appsv1.DaemonSet
+		r.Get(t, "DaemonSet", "gpu-tessera-vgpu-device-plugin", &ds)
+		if ds.Spec.Template.Spec.HostPID != want {
+			t.Errorf("values %q: hostPID %v, want %v", values, ds.Spec.Template.Spec.HostPID, want)
+		}
+	}
 }
