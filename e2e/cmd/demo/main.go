@@ -97,7 +97,7 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 		if err != nil {
 			return err
 		}
-			for _, l := range lines {
+		for _, l := range lines {
 			fmt.Println("  ", l)
 		}
 		after, err := placement(ctx, c, "tessera-demo")

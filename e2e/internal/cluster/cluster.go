@@ -73,8 +73,8 @@ type Cluster struct {
 	// Where the scheduler and each node agent serve /metrics.
 	schedMetrics string
 	agentMetrics map[string]string
-	api      *proc
-	logDir   string
+	api          *proc
+	logDir       string
 	// The scheduler's way to the API server (apiproxy.go) and what ends it.
 	schedKubeconfig string
 	binds           *bindGate
