@@ -20,8 +20,9 @@ const mib = 1 << 20
 // queueKey is the label (and annotation) Volcano's job controller puts on a job's pods.
 const queueKey = "volcano.sh/queue-name"
 
-// descs are the scrape-time series. Card series: node, uuid, index, model. Container
-// series: node, namespace, pod, container, uuid, index.
+// descs are the scrape-time series. Card series: node, uuid, index, model. Per container
+// and card: node, namespace, pod, container, uuid, index. Per container: node, namespace,
+// pod, container.
 type descs struct {
 	memory, shares, healthy, assignedMem, assignedSM       *prometheus.Desc
 	limitMem, limitSM, usedMem, usedSM, capped, hookLoaded *prometheus.Desc
@@ -50,7 +51,7 @@ func newDescs(node string) descs {
 		hookLoaded:  d("container_hook_loaded", "1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.", pod),
 		processes:   d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
 		queue: d("container_queue_info", "1 for every vGPU container, labelled with its Volcano queue (the pod's "+queueKey+" label; empty when it has none): join on namespace, pod, container to sum use by queue.",
-			append(pod, "queue")),
+			[]string{"namespace", "pod", "container", "queue"}),
 		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt.", pod),
 	}
 }
