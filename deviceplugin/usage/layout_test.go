@@ -209,8 +209,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(r.b[:r.l.Procs+2*procSize])
 	f.Add(r.b[:100])
 	f.Add([]byte{})
+	padded := make([]byte, r.l.readLen())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, in := range [][]byte{b, append(b[:len(b):len(b)], make([]byte, max(0, r.l.readLen()-len(b)))...)} {
+		n := copy(padded, b)
+		clear(padded[n:])
+		for _, in := range [][]byte{b, padded} {
 			d, err := Decode(in, r.l)
 			if err != nil {
 				continue
