@@ -1,0 +1,73 @@
+package admission
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// NewMux routes the two webhooks and the health endpoints the kubelet probes.
+func NewMux(p *Policy, ns NamespaceQueues, ready func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle(PathMutate, &Handler{Policy: p, Namespaces: ns, Mutating: true})
+	mux.Handle(PathValidate, &Handler{Policy: p, Namespaces: ns})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "namespace cache not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+// Serve answers over TLS on addr until ctx ends, then drains for up to five seconds.
+func Serve(ctx context.Context, addr string, cert *Certificate, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert.GetCertificate}}
+	done := make(chan error, 1)
+	go func() { done <- srv.ListenAndServeTLS("", "") }()
+	klog.InfoS("Serving the admission webhooks", "address", addr, "paths", []string{PathMutate, PathValidate})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// ListerQueues reads namespaces' default queues from an informer's lister, asking the
+// API server for a namespace the cache has not seen yet (one created a moment ago).
+type ListerQueues struct {
+	Lister listerscorev1.NamespaceLister
+	Client kubernetes.Interface
+}
+
+// NamespaceQueue implements NamespaceQueues.
+func (l *ListerQueues) NamespaceQueue(ctx context.Context, namespace string) (string, error) {
+	ns, err := l.Lister.Get(namespace)
+	if apierrors.IsNotFound(err) {
+		ns, err = l.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", err
+	}
+	return ns.Annotations[PodQueueAnnotation], nil
+}
