@@ -20,6 +20,8 @@ import (
 // Binaries are the programs a cluster runs.
 type Binaries struct {
 	Etcd, APIServer, ControllerManager, VolcanoControllers, VolcanoWebhook, Scheduler, Agent string
+	// Admission is Tessera's own admission webhook (started by the scenarios that use it).
+	Admission string
 	// Kubelet is the real kubelet; CRI our in-memory runtime for it; KubeletNS the
 	// launcher that gives each kubelet its own mount namespace.
 	Kubelet, CRI, KubeletNS string
@@ -67,6 +69,7 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", &volcano, &b.VolcanoWebhook},
 		{"kubelet", kubeletDir, "k8s.io/kubernetes/cmd/kubelet", kubeLDFlags, "~4 min", &kubelet, &b.Kubelet},
 		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", nil, &b.Scheduler},
+		{"tessera-admission", root, "./cmd/tessera-admission", "", "~1 min", nil, &b.Admission},
 		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", nil, &b.Agent},
 		{"fakecri", kubeletDir, "./fakecri", "", "~1 min", nil, &b.CRI},
 		{"kubelet-ns", e2eDir, "./cmd/kubelet-ns", "", "~10 s", nil, &b.KubeletNS},
