@@ -46,7 +46,7 @@ func TestRenderedObjectsPassServerSideDryRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, values := range []string{"", "testdata/custom-values.yaml"} {
+	for _, values := range []string{"", "testdata/custom-values.yaml", "testdata/admission-values.yaml"} {
 		// "default" exists on every API server; dry-run cannot create a namespace for later objects.
 		r, err := Render(t, values, "default")
 		if err != nil {

@@ -400,5 +400,9 @@ var freeForm = map[string]bool{
 	"scheduler.nodeSelector": true, "scheduler.affinity": true, "devicePlugin.affinity": true,
 	"scheduler.livenessProbe": true, "scheduler.readinessProbe": true, "devicePlugin.livenessProbe": true,
 	"devicePlugin.readinessProbe": true, "scheduler.serviceAccount.annotations": true,
-	"devicePlugin.serviceAccount.annotations": true,
+	"devicePlugin.serviceAccount.annotations": true, "admission.resources": true,
+	"admission.podSecurityContext": true, "admission.securityContext": true,
+	"admission.nodeSelector": true, "admission.affinity": true, "admission.namespaceLabels": true,
+	"admission.objectSelector": true, "admission.tls.certManager.issuerRef": true,
+	"admission.serviceAccount.annotations": true,
 }
