@@ -56,9 +56,11 @@ func buildImages(o *buildOptions) (*summary, error) {
 				return nil, err
 			}
 			bins := filepath.Join(work, plat.Architecture)
-			prog := map[string]program{scheduler.Name: scheduler, agent.Name: agent}[def.Name]
-			if _, err := goBuild(o, prog, plat.OS, plat.Architecture, bins); err != nil {
-				return nil, err
+			progs := map[string][]program{scheduler.Name: {scheduler, admissionWebhook}, agent.Name: {agent}}[def.Name]
+			for _, prog := range progs {
+				if _, err := goBuild(o, prog, plat.OS, plat.Architecture, bins); err != nil {
+					return nil, err
+				}
 			}
 			layers, cfg, err := def.Layers(o, plat.Architecture, bins)
 			if err != nil {

@@ -22,6 +22,8 @@ var (
 	scheduler = program{Name: "vc-scheduler", Pkg: "./cmd/vc-scheduler"}
 	agent     = program{Name: "vgpu-device-plugin", Pkg: "./cmd/vgpu-device-plugin", Cgo: true}
 	cliTool   = program{Name: "tessera", Pkg: "./cmd/tessera"}
+	// The admission webhook ships in the scheduler's image as a second entrypoint.
+	admissionWebhook = program{Name: "tessera-admission", Pkg: "./cmd/tessera-admission"}
 )
 
 // crossCC is the C compiler for a cgo build on another architecture (Debian's cross

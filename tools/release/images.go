@@ -54,15 +54,19 @@ func imageDefs(o *buildOptions) []imageDef {
 	}
 }
 
-// The scheduler: one static binary, run as 65532 (the chart's runAsUser), nothing else.
+// The scheduler: static binaries run as 65532 (the chart's runAsUser), nothing else:
+// vc-scheduler, the entrypoint, and tessera-admission, the admission webhook the chart
+// runs from this image with its own command.
 func schedulerLayers(o *buildOptions, arch, bins string) ([]rootFS, v1.Config, error) {
-	bin, err := os.ReadFile(filepath.Join(bins, "vc-scheduler"))
-	if err != nil {
-		return nil, v1.Config{}, err
-	}
 	base := usersFS()
 	app := rootFS{}
-	app.file("/usr/bin/vc-scheduler", 0o755, bin)
+	for _, name := range []string{"vc-scheduler", admissionWebhook.Name} {
+		bin, err := os.ReadFile(filepath.Join(bins, name))
+		if err != nil {
+			return nil, v1.Config{}, err
+		}
+		app.file("/usr/bin/"+name, 0o755, bin)
+	}
 	return []rootFS{base, app}, v1.Config{
 		Entrypoint: []string{"/usr/bin/vc-scheduler"},
 		User:       "65532:65532",

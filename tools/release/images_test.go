@@ -212,6 +212,19 @@ func TestEntrypointsRunFromTheImageRootFS(t *testing.T) {
 				if is.Name == "vgpu-device-plugin" {
 					checkAgentImage(t, root)
 				}
+				if is.Name == "vc-scheduler" {
+					// The admission webhook's entrypoint (the chart's command for it).
+					const hook = "/usr/bin/tessera-admission"
+					checkELF(t, root, hook, cf.Architecture, true)
+					r := inRoot(t, root, cf.Config.User, nil, hook, "--version")
+					if r.code != 0 || !strings.Contains(r.out, "tessera-admission "+sum.Version+" ") || !strings.Contains(r.out, "commit "+sum.Revision) {
+						t.Errorf("%s --version: exit %d:\n%s", hook, r.code, r.out)
+					}
+					r = inRoot(t, root, cf.Config.User, nil, hook, "--help")
+					if r.code != 0 || !strings.Contains(r.out, "--self-signed-secret") || !strings.Contains(r.out, "--kubeconfig") {
+						t.Errorf("%s --help: exit %d:\n%.2000s", hook, r.code, r.out)
+					}
+				}
 			})
 		}
 	}
