@@ -137,8 +137,7 @@ func (p *Policy) Validate(r Review) Decision {
 	}
 	req, err := p.args.Request(pod)
 	if err != nil {
-		// The scheduler's predicate reason for the same pod, word for word.
-		return deny("vgpu: " + err.Error())
+		return deny(SchedulerReason(pod, err))
 	}
 	queue := p.queueOf(pod, r.NamespaceQueue)
 	var why []string
@@ -152,6 +151,18 @@ func (p *Policy) Validate(r Review) Decision {
 		return deny(strings.Join(why, "; "))
 	}
 	return allow()
+}
+
+// SchedulerReason is what the vgpu plugin says of a pending pod whose request it cannot
+// read: its job check names the task, which is the pod ("vgpu: task NAME: ..."), and
+// that is the reason on the pod's PodScheduled condition. The validating webhook sees
+// the pod's name even when it comes from generateName: the API server generates it
+// before validation; without one, the plugin's per-node predicate reason is used.
+func SchedulerReason(pod *corev1.Pod, err error) string {
+	if pod.Name == "" {
+		return "vgpu: " + err.Error()
+	}
+	return "vgpu: task " + pod.Name + ": " + err.Error()
 }
 
 // queueOf is the queue a pod will be scheduled in, as far as the pod and its namespace

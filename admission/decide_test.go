@@ -211,9 +211,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// The refusal is the plugin's own predicate reason for the same pod: "vgpu: " and the
-// error pluginargs.Args.Request gives, which the plugin stores as the task's request
-// error.
+// The refusal is the plugin's own reason for the same pending pod: "vgpu: task NAME: "
+// and the error pluginargs.Args.Request gives, which the plugin stores as the task's
+// request error (the e2e scenario compares with the reason the scheduler writes).
 func TestRefusalIsTheSchedulersReasonWordForWord(t *testing.T) {
 	p := NewPolicy(DefaultConfig())
 	for _, ann := range []map[string]string{
@@ -223,12 +223,13 @@ func TestRefusalIsTheSchedulersReasonWordForWord(t *testing.T) {
 		{api.AnnotationQoS: "Best-Effort"},
 	} {
 		pod := routed(ann, half)
+		pod.Name = "infer-7d9f-x2b8q" // generated before validating admission
 		_, err := pluginargs.Defaults().Request(pod)
 		if err == nil {
 			t.Fatalf("%v: the scheduler accepts it", ann)
 		}
 		d := p.Validate(Review{Operation: Create, Pod: pod})
-		if want := "vgpu: " + err.Error(); d.Message != want {
+		if want := "vgpu: task infer-7d9f-x2b8q: " + err.Error(); d.Message != want {
 			t.Errorf("%v: webhook says %q, scheduler %q", ann, d.Message, want)
 		}
 	}

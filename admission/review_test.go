@@ -89,9 +89,10 @@ func TestHTTPMutatesTheReplicaSetsPodFromTheAPIServersJSON(t *testing.T) {
 	if r := answer(t, mustPost(t, srv.URL+PathValidate, routedReview)); !r.Allowed || len(r.Patch) != 0 {
 		t.Errorf("validate after mutation: %+v", r)
 	}
-	malformed := bytes.Replace(routedReview, []byte(`"labels"`), []byte(`"annotations": {"tessera.io/numa-bind": "yes"}, "labels"`), 1)
+	// The validating webhook sees the name the API server generated.
+	malformed := bytes.Replace(routedReview, []byte(`"labels"`), []byte(`"name": "infer-6b7c9d5f4-x2b8q", "annotations": {"tessera.io/numa-bind": "yes"}, "labels"`), 1)
 	r = answer(t, mustPost(t, srv.URL+PathValidate, malformed))
-	if want := `vgpu: invalid: annotation tessera.io/numa-bind: "yes", want true or false`; r.Allowed || r.Result.Message != want {
+	if want := `vgpu: task infer-6b7c9d5f4-x2b8q: invalid: annotation tessera.io/numa-bind: "yes", want true or false`; r.Allowed || r.Result.Message != want {
 		t.Errorf("malformed annotation: %+v, want the message %q", r.Result, want)
 	}
 }

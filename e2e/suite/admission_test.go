@@ -126,22 +126,57 @@ func TestAdmissionWebhookRoutesADeploymentOntoCards(t *testing.T) {
 	if reqErr == nil {
 		t.Fatal("the scheduler's reader accepts the malformed annotation")
 	}
-	want := "vgpu: " + reqErr.Error()
+	prefix := `admission webhook "` + admission.ValidatingWebhookName + `" denied the request: `
 	_, err = cl.Client.CoreV1().Pods(n).Create(ctx, bad, metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), `admission webhook "`+admission.ValidatingWebhookName+`" denied the request: `+want) {
-		t.Errorf("malformed annotation: %v, want a refusal saying %q", err, want)
+	var said string
+	if err == nil || !strings.Contains(err.Error(), prefix) {
+		t.Errorf("malformed annotation: %v, want a refusal by %s", err, admission.ValidatingWebhookName)
 	} else {
+		said = err.Error()[strings.Index(err.Error(), prefix)+len(prefix):]
 		t.Logf("refused at create: %v", err)
+	}
+	if want := admission.SchedulerReason(bad, reqErr); said != want {
+		t.Errorf("the webhook says %q, want %q", said, want)
 	}
 	unchecked := bad.DeepCopy()
 	unchecked.Spec.SchedulerName = "volcano"
 	if _, err := cl.Client.CoreV1().Pods(other).Create(ctx, unchecked, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := pendingReason(t, other, "bad-numa", "its annotation is malformed"); !strings.Contains(got, want) {
-		t.Errorf("the scheduler says %q, the webhook %q", got, want)
+	if got := pendingReason(t, other, "bad-numa", "its annotation is malformed"); said == "" || !strings.Contains(got, said) {
+		t.Errorf("the scheduler says %q, the webhook %q", got, said)
 	} else {
 		t.Logf("the scheduler's reason for the same pod: %s", got)
+	}
+	// A Deployment's pods are named from generateName before validation: the ReplicaSet
+	// reports the refusal naming the pod it tried to create.
+	badDep := dep.DeepCopy()
+	badDep.Name = "bad-infer"
+	badDep.Spec.Selector.MatchLabels = map[string]string{"app": "bad-infer"}
+	badDep.Spec.Template.Labels = map[string]string{"app": "bad-infer"}
+	badDep.Spec.Template.Annotations = map[string]string{api.AnnotationNUMABind: "yes"}
+	if _, err := cl.Client.AppsV1().Deployments(n).Create(ctx, badDep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rsSays string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		rss, err := cl.Client.AppsV1().ReplicaSets(n).List(ctx, metav1.ListOptions{LabelSelector: "app=bad-infer"})
+		if err != nil {
+			return false, nil
+		}
+		for _, rs := range rss.Items {
+			for _, c := range rs.Status.Conditions {
+				if c.Type == appsv1.ReplicaSetReplicaFailure {
+					rsSays = c.Message
+				}
+			}
+		}
+		return rsSays != "", nil
+	})
+	if err != nil || !strings.Contains(rsSays, prefix+"vgpu: task bad-infer-") || !strings.Contains(rsSays, reqErr.Error()) {
+		t.Errorf("the malformed Deployment's ReplicaSet says %q (%v), want the refusal naming its generated pod", rsSays, err)
+	} else {
+		t.Logf("the ReplicaSet says: %s", rsSays)
 	}
 
 	// Best-effort is forbidden in this namespace.
