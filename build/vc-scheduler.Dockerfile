@@ -19,11 +19,17 @@ COPY placement/ placement/
 COPY pluginargs/ pluginargs/
 COPY internal/ internal/
 COPY plugins/ plugins/
+COPY admission/ admission/
 COPY cmd/vc-scheduler/ cmd/vc-scheduler/
-# Static binary: the scheduler needs no C library.
+COPY cmd/tessera-admission/ cmd/tessera-admission/
+# Static binaries: the scheduler needs no C library.
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
       -ldflags "-s -w -buildid= -X github.com/tessera-gpu/tessera/internal/buildinfo.Version=${VERSION} -X github.com/tessera-gpu/tessera/internal/buildinfo.Revision=${REVISION}" \
       -o /rootfs/usr/bin/vc-scheduler ./cmd/vc-scheduler
+# The admission webhook, a second entrypoint the chart runs with its own command.
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -buildid= -X github.com/tessera-gpu/tessera/internal/buildinfo.Version=${VERSION} -X github.com/tessera-gpu/tessera/internal/buildinfo.Revision=${REVISION}" \
+      -o /rootfs/usr/bin/tessera-admission ./cmd/tessera-admission
 # The users and directories every Tessera image has (tools/release/images.go, usersFS).
 RUN mkdir -p /rootfs/etc /rootfs/root /rootfs/home/nonroot /rootfs/tmp \
  && printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >/rootfs/etc/passwd \
