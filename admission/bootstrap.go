@@ -9,7 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	admissionregv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -17,7 +18,10 @@ import (
 // certificate in a Secret (shared by its replicas) and writes the CA into its webhook
 // configurations' caBundle, which a `helm upgrade` may have emptied.
 type Bootstrap struct {
-	Client          kubernetes.Interface
+	// Typed clients of the two API groups it writes (not the whole clientset: the
+	// binary stays small).
+	Core            corev1client.SecretsGetter
+	Registration    admissionregv1client.AdmissionregistrationV1Interface
 	Namespace, Name string   // the Secret
 	Hosts           []string // names the serving certificate covers (the Service's DNS names)
 	Mutating        []string // MutatingWebhookConfiguration names
@@ -29,7 +33,7 @@ type Bootstrap struct {
 // issues a new one and writes it. Replicas racing to write it settle on the one the
 // API server stored first.
 func (b *Bootstrap) EnsureSecret(ctx context.Context) (*KeyPair, error) {
-	secrets := b.Client.CoreV1().Secrets(b.Namespace)
+	secrets := b.Core.Secrets(b.Namespace)
 	for attempt := 0; attempt < 3; attempt++ {
 		s, err := secrets.Get(ctx, b.Name, metav1.GetOptions{})
 		exists := err == nil
@@ -71,7 +75,7 @@ func (b *Bootstrap) EnsureSecret(ctx context.Context) (*KeyPair, error) {
 // carry it already; it reports how many it changed.
 func (b *Bootstrap) PatchCABundles(ctx context.Context, ca []byte) (int, error) {
 	changed := 0
-	api := b.Client.AdmissionregistrationV1()
+	api := b.Registration
 	for _, name := range b.Mutating {
 		c, err := api.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

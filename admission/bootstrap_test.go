@@ -23,7 +23,7 @@ func TestSelfSignedBootstrapWritesTheSecretOnceAndEveryCABundle(t *testing.T) {
 		Webhooks: []admissionregv1.ValidatingWebhook{{Name: "validate.tessera.io"}, {Name: "other.tessera.io"}}}
 	client := fake.NewClientset(mwc, vwc)
 	now := time.Now()
-	b := &Bootstrap{Client: client, Namespace: "volcano-system", Name: "tls", Hosts: hosts,
+	b := &Bootstrap{Core: client.CoreV1(), Registration: client.AdmissionregistrationV1(), Namespace: "volcano-system", Name: "tls", Hosts: hosts,
 		Mutating: []string{"m"}, Validating: []string{"v"}, Now: func() time.Time { return now }}
 	cert := &Certificate{}
 	if err := b.Sync(ctx, cert); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 )
@@ -57,14 +57,14 @@ func Serve(ctx context.Context, addr string, cert *Certificate, h http.Handler) 
 // API server for a namespace the cache has not seen yet (one created a moment ago).
 type ListerQueues struct {
 	Lister listerscorev1.NamespaceLister
-	Client kubernetes.Interface
+	Client corev1client.NamespacesGetter
 }
 
 // NamespaceQueue implements NamespaceQueues.
 func (l *ListerQueues) NamespaceQueue(ctx context.Context, namespace string) (string, error) {
 	ns, err := l.Lister.Get(namespace)
 	if apierrors.IsNotFound(err) {
-		ns, err = l.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		ns, err = l.Client.Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	}
 	if err != nil {
 		return "", err
