@@ -137,6 +137,9 @@ enforceNodeAllocatable: []
 failSwapOn: false
 makeIPTablesUtilChains: false
 serializeImagePulls: false
+# No registry behind the fake runtime: a pull is instant, so no pull rate limit (the
+# default, 5/s with a burst of 10, fails bursts of pods with "pull QPS exceeded").
+registryPullQPS: 0
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
