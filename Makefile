@@ -8,7 +8,7 @@ PKGS      := ./...
 FUZZTIME  ?= 20s
 
 .PHONY: images image-debs image-test push release release-tool
-.PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo
+.PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo scale
 
 all: build
 
@@ -95,6 +95,13 @@ E2E_TIMEOUT ?= 45m
 e2e:
 	cd e2e/tools/kubelet && $(GO) vet ./fakecri && $(GO) test -count=1 ./fakecri
 	cd e2e && $(GO) vet ./... && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
+
+## scale: 1,000 kwok GPU nodes, one generated workload placed by Volcano without a device
+## plugin, Volcano's deviceshare and Tessera in turn, one table (docs/benchmarks.md). Not part
+## of make test: ~45 min on 2 cores. SCALE_FLAGS="-nodes 100" for a small run.
+SCALE_FLAGS ?=
+scale:
+	cd e2e && $(GO) build -o .cache/bin/scale ./cmd/scale && .cache/bin/scale -lock /tmp/e2e.lock $(SCALE_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:

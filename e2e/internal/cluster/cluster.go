@@ -52,6 +52,8 @@ type Options struct {
 	Nodes  []Node
 	// SchedulerConf is the volcano-scheduler.conf to run with.
 	SchedulerConf string
+	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-metrics).
+	SchedulerArgs []string
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
 	Progress  io.Writer
@@ -70,8 +72,10 @@ type Cluster struct {
 	agents   map[string]*proc
 	kubelets map[string]*proc
 	sched    *proc
-	// Where the scheduler and each node agent serve /metrics.
+	// Where the scheduler and each node agent serve /metrics, and when the scheduler
+	// was started (aux.go).
 	schedMetrics string
+	schedStart   time.Time
 	agentMetrics map[string]string
 	api          *proc
 	logDir       string
@@ -362,15 +366,17 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.schedKubeconfig,
-		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
-		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	start := time.Now()
+	args := append([]string{"--kubeconfig=" + c.schedKubeconfig,
+		"--scheduler-conf=" + c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp)}, c.Opts.SchedulerArgs...)
+	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, args...)
 	if err != nil {
 		return err
 	}
 	c.add(p)
 	c.mu.Lock()
-	c.sched = p
+	c.sched, c.schedStart = p, start
 	c.schedMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", lp)
 	c.mu.Unlock()
 	if err := waitFor(ctx, "vc-scheduler healthz", 60*time.Second, p, healthz(hp)); err != nil {

@@ -1,0 +1,141 @@
+// Command scale runs `make scale`: a control plane with kwok GPU nodes, one generated
+// workload of VolcanoJobs, placed in turn by Volcano with no device plugin (the floor),
+// Volcano's deviceshare with VGPUEnable and Tessera, each on a fresh cluster, and one
+// table of the three side by side. See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/e2e/internal/scale"
+)
+
+func main() {
+	root, _ := filepath.Abs("..")
+	nodes := flag.Int("nodes", 1000, "kwok GPU nodes (8 cards each)")
+	jobs := flag.Int("jobs", 0, "VolcanoJobs to submit (0: 2.1 per node, about 8 vGPU pods per node)")
+	rate := flag.Float64("rate", 0, "jobs per second; 0 submits them in one burst")
+	seed := flag.Int64("seed", 16, "workload seed: the same seed gives the same jobs")
+	cpuOnly := flag.Float64("cpu-only", 0.15, "fraction of jobs that ask for no card")
+	schedulers := flag.String("schedulers", "floor,deviceshare,tessera", "schedulers to run, in order (floor, deviceshare, tessera)")
+	restart := flag.Int("restart", 20, "after the workload, kill the scheduler, submit this many one-pod jobs and restart it (0: no restart)")
+	podLife := flag.Duration("pod-life", 2*time.Hour, "how long kwok keeps a pod Running before it Succeeds")
+	stall := flag.Duration("stall", 90*time.Second, "stop waiting when no pod has been bound for this long")
+	timeout := flag.Duration("timeout", 12*time.Minute, "longest wait for the workload of one scheduler")
+	lock := flag.String("lock", "", "file to flock(2) around each scheduler's cluster (the e2e ports are shared)")
+	out := flag.String("out", "", "directory for the results (default: a new run directory)")
+	report := flag.String("report", "", "only print the table of the results saved in this directory")
+	cache := flag.String("cache", filepath.Join(root, "e2e", ".cache", "bin"), "binary cache directory")
+	flag.Parse()
+	if *report != "" {
+		rs, err := scale.Load(*report)
+		if err != nil {
+			fail(err)
+		}
+		scale.WriteTable(os.Stdout, rs)
+		fmt.Println()
+		scale.WriteTargets(os.Stdout, rs)
+		return
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if *jobs == 0 {
+		*jobs = *nodes * 21 / 10
+	}
+	var modes []scale.Mode
+	for _, s := range strings.Split(*schedulers, ",") {
+		m, err := scale.ParseMode(strings.TrimSpace(s))
+		if err != nil {
+			fail(err)
+		}
+		modes = append(modes, m)
+	}
+	if err := run(ctx, root, *cache, *out, *lock, modes, scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
+		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Root: root, Progress: os.Stdout}); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "scale:", err)
+	os.Exit(1)
+}
+
+func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode, cfg scale.Config) error {
+	if err := cluster.CheckRoot(); err != nil {
+		return err
+	}
+	fmt.Println("== Building (reuses", cache+")")
+	bin, err := cluster.Build(ctx, root, filepath.Join(root, "e2e"), cache, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.Kwok, err = scale.BuildKwok(ctx, filepath.Join(root, "e2e"), cache); err != nil {
+		return err
+	}
+	cfg.Bin = bin
+	if out == "" {
+		if out, err = os.MkdirTemp("", "tessera-scale-"); err != nil {
+			return err
+		}
+	}
+	fmt.Println("== Results in", out, "| machine:", scale.Machine())
+	for _, m := range modes {
+		cfg.Mode = m
+		cfg.RunDir = filepath.Join(out, string(m))
+		// A fresh cluster each time: no etcd data or logs of an earlier run.
+		if err := os.RemoveAll(cfg.RunDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
+			return err
+		}
+		unlock, err := flock(lock)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("== %s: %d nodes, %d jobs\n", m, cfg.Nodes, len(cfg.Jobs))
+		res, err := scale.Run(ctx, cfg)
+		unlock()
+		if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+		if err := scale.Save(res, out); err != nil {
+			return err
+		}
+	}
+	rs, err := scale.Load(out)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	scale.WriteTable(os.Stdout, rs)
+	fmt.Println()
+	scale.WriteTargets(os.Stdout, rs)
+	return nil
+}
+
+// flock takes an exclusive lock on file (none when file is empty) until unlock.
+func flock(file string) (unlock func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", file, err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}

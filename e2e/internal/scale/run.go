@@ -1,0 +1,467 @@
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
+)
+
+// Config is one scheduler's run.
+type Config struct {
+	Mode    Mode
+	Bin     *cluster.Binaries
+	Kwok    string
+	Root    string // repository root
+	RunDir  string
+	Nodes   int
+	Jobs    []JobSpec
+	Restart int // jobs of one small pod submitted while the scheduler is down; 0: no restart
+	// Rate is jobs per second; 0 submits them all at once (as fast as the client goes).
+	Rate float64
+	// PodLife is how long kwok keeps a pod Running before it Succeeds.
+	PodLife time.Duration
+	// Stall ends the wait when no pod has been bound for this long; Timeout in any case.
+	Stall, Timeout time.Duration
+	Progress       io.Writer
+}
+
+// Result is what one scheduler did with the workload.
+type Result struct {
+	Mode               Mode
+	Nodes, Jobs        int
+	PodsSubmitted      int
+	PodsBound          int
+	VGPUPodsBound      int
+	Seconds            float64 // first submit to last bind
+	PodsPerSecond      float64
+	LatencyP50         float64 // seconds, submit to bound
+	LatencyP99         float64
+	CardsInUse         int
+	LowerBound         int
+	Overcommitted      []string
+	MissingAssignments int
+	Queues             []QueueShare
+	SchedulerCPU       float64 // seconds, from first submit to the end of the wait
+	RSSMiB, PeakRSSMiB float64
+	SessionCount       float64
+	SessionP50         float64 // milliseconds
+	SessionP90         float64
+	SessionP99         float64
+	SessionMean        float64
+	LoadStart, LoadEnd float64
+	LoadMean           float64
+	// Restart: jobs submitted while the scheduler was down, from its start to the first
+	// and to the last of their pods bound (seconds); -1 when some never were.
+	RestartJobs              int
+	RestartFirst, RestartAll float64
+	StartedAt                time.Time
+}
+
+// Run brings up a cluster, runs the workload through one scheduler and returns the
+// figures. The cluster is stopped on return.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	conf, err := WriteConf(cfg.Mode, cfg.Root, cfg.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.Start(ctx, cluster.Options{Bin: cfg.Bin, RunDir: cfg.RunDir, SchedulerConf: conf,
+		SchedulerArgs: []string{"--enable-metrics"}, Progress: cfg.Progress})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	if err := StartKwok(c, cfg.Kwok, cfg.RunDir, cfg.PodLife); err != nil {
+		return nil, err
+	}
+	if err := setup(ctx, c, cfg); err != nil {
+		return nil, err
+	}
+	beat, stopBeat := context.WithCancel(ctx)
+	defer stopBeat()
+	go heartbeats(beat, c.Client, cfg.Nodes)
+
+	tr, err := Track(ctx, c.Client)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Mode: cfg.Mode, Nodes: cfg.Nodes, Jobs: len(cfg.Jobs), StartedAt: time.Now().UTC()}
+	for _, j := range cfg.Jobs {
+		res.PodsSubmitted += j.Pods()
+	}
+	pid, metricsURL, _ := c.SchedulerProcess()
+	before, err := ScrapeHistogram(metricsURL, sessionMetric)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler metrics: %w", err)
+	}
+	cpu0, err := CPUTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	res.LoadStart = LoadAverage()
+	var loads []float64
+	fmt.Fprintf(cfg.Progress, "  submitting %d jobs (%d pods), %s\n", len(cfg.Jobs), res.PodsSubmitted, rateText(cfg.Rate))
+	submitted, err := submit(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	last, lastBound := time.Now(), 0
+	deadline := time.Now().Add(cfg.Timeout)
+	for tick := 0; ; tick++ {
+		time.Sleep(time.Second)
+		n := tr.Bound()
+		if n != lastBound {
+			last, lastBound = time.Now(), n
+		}
+		if tick%10 == 0 {
+			loads = append(loads, LoadAverage())
+			fmt.Fprintf(cfg.Progress, "  %s: %d/%d pods bound (load %.1f)\n", cfg.Mode, n, res.PodsSubmitted, loads[len(loads)-1])
+		}
+		if n >= res.PodsSubmitted || time.Since(last) > cfg.Stall || time.Now().After(deadline) {
+			break
+		}
+	}
+	cpu1, err := CPUTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	after, err := ScrapeHistogram(metricsURL, sessionMetric)
+	if err != nil {
+		return nil, err
+	}
+	res.LoadEnd = LoadAverage()
+	res.LoadMean = mean(append(loads, res.LoadEnd))
+	res.SchedulerCPU = (cpu1 - cpu0).Seconds()
+	if res.RSSMiB, res.PeakRSSMiB, err = Memory(pid); err != nil {
+		return nil, err
+	}
+	s := after.Since(before)
+	res.SessionCount, res.SessionP50, res.SessionP90, res.SessionP99 = s.Count, s.Quantile(0.5), s.Quantile(0.9), s.Quantile(0.99)
+	if s.Count > 0 {
+		res.SessionMean = s.Sum / s.Count
+	}
+	if err := figures(res, tr, submitted, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Restart > 0 {
+		if err := restart(ctx, c, tr, cfg, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func rateText(rate float64) string {
+	if rate <= 0 {
+		return "in one burst"
+	}
+	return fmt.Sprintf("%.1f jobs/s", rate)
+}
+
+func mean(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(max(1, len(v)))
+}
+
+// setup creates the namespace, the queues and the nodes, and waits until kwok has made
+// every node Ready.
+func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
+	start := time.Now()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for _, q := range Queues {
+		queue := &schedulingv1beta1.Queue{ObjectMeta: metav1.ObjectMeta{Name: q.Name},
+			Spec: schedulingv1beta1.QueueSpec{Weight: q.Weight, Reclaimable: ptr(true)}}
+		if _, err := c.Volcano.SchedulingV1beta1().Queues().Create(ctx, queue, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("queue %s: %w", q.Name, err)
+		}
+	}
+	hb := Heartbeat(time.Now())
+	err := parallel(16, cfg.Nodes, func(i int) error {
+		n, err := Node(i)
+		if err != nil {
+			return err
+		}
+		for k, v := range hb {
+			n.Annotations[k] = v
+		}
+		status := n.Status
+		created, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		created.Status.Capacity, created.Status.Allocatable = status.Capacity, status.Allocatable
+		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && len(n.Spec.Taints) == 0 {
+					ready++
+				}
+			}
+		}
+		if ready >= cfg.Nodes {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			return fmt.Errorf("%d of %d nodes Ready and untainted after 5 min (kwok log in %s)", ready, cfg.Nodes, c.LogDir())
+		}
+		time.Sleep(2 * time.Second)
+	}
+	fmt.Fprintf(cfg.Progress, "  %d kwok nodes Ready in %s\n", cfg.Nodes, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(workers, n int, f func(int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// heartbeats refreshes every node's agent annotations every 30 s, as Tessera's node agent
+// (heartbeatInterval 30s) and the HAMi plugin's handshake do.
+func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": Heartbeat(time.Now())}})
+		_ = parallel(4, nodes, func(i int) error {
+			_, err := c.CoreV1().Nodes().Patch(ctx, NodeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		})
+	}
+}
+
+// submit creates the jobs, all at once or at the configured rate, and returns when each
+// was created.
+func submit(ctx context.Context, c *cluster.Cluster, cfg Config) (map[string]time.Time, error) {
+	at := make(map[string]time.Time, len(cfg.Jobs))
+	var mu sync.Mutex
+	withCards := cfg.Mode != Floor
+	start := time.Now()
+	err := parallel(8, len(cfg.Jobs), func(i int) error {
+		j := cfg.Jobs[i]
+		if cfg.Rate > 0 {
+			if wait := time.Until(start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
+		now := time.Now()
+		if _, err := c.Volcano.BatchV1alpha1().Jobs(Namespace).Create(ctx, j.VolcanoJob(withCards), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("job %s: %w", j.Name, err)
+		}
+		mu.Lock()
+		at[j.Name] = now
+		mu.Unlock()
+		return nil
+	})
+	return at, err
+}
+
+// jobOf is the job a pod belongs to (the label Volcano's job controller sets).
+func jobOf(p *corev1.Pod) string { return p.Labels["volcano.sh/job-name"] }
+
+// figures fills in throughput, latency, cards and shares from what the tracker saw.
+func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Config) error {
+	first := time.Time{}
+	for _, t := range submitted {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	pods := tr.Pods()
+	boundAt := tr.BoundAt()
+	var lat []float64
+	var lastBind time.Time
+	for _, p := range pods {
+		t, ok := boundAt[p.Namespace+"/"+p.Name]
+		sub, known := submitted[jobOf(p)]
+		if !ok || !known {
+			continue
+		}
+		res.PodsBound++
+		if wantsCards(p) {
+			res.VGPUPodsBound++
+		}
+		lat = append(lat, t.Sub(sub).Seconds())
+		if t.After(lastBind) {
+			lastBind = t
+		}
+	}
+	sort.Float64s(lat)
+	res.LatencyP50, res.LatencyP99 = Percentile(lat, 0.5), Percentile(lat, 0.99)
+	if res.PodsBound > 0 {
+		res.Seconds = lastBind.Sub(first).Seconds()
+		res.PodsPerSecond = float64(res.PodsBound) / res.Seconds
+	}
+	if cfg.Mode == Floor {
+		return nil
+	}
+	queues := map[string]string{}
+	for _, j := range cfg.Jobs {
+		queues[j.Name] = j.Queue
+	}
+	load, held, missing, err := Cards(pods, &api.Decoders{}, func(p *corev1.Pod) string { return queues[jobOf(p)] })
+	if err != nil {
+		return err
+	}
+	res.MissingAssignments = missing
+	res.CardsInUse = len(load)
+	var used fairshare.Amount
+	for _, a := range held {
+		used = used.Add(a)
+	}
+	res.LowerBound = LowerBound(used.Cores, used.MemoryMiB)
+	res.Overcommitted = Overcommitted(load)
+	cards := float64(cfg.Nodes * CardsPerNode)
+	res.Queues = Shares(fairshare.Amount{MemoryMiB: cards * CardMiB, Cores: cards * 100}, Demand(cfg.Jobs), held)
+	return nil
+}
+
+// restart kills the scheduler, submits cfg.Restart one-pod jobs (a small slice of a
+// card each) while it is down, starts it again and measures how long it takes from its
+// start to bind them: the time to rebuild its view (and Tessera's card ledger) of every
+// running pod and resume placing.
+func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, res *Result) error {
+	c.KillScheduler()
+	jobs := make([]JobSpec, cfg.Restart)
+	for i := range jobs {
+		jobs[i] = JobSpec{Name: fmt.Sprintf("restart-%03d", i), Queue: Queues[i%len(Queues)].Name, Replicas: 1,
+			Cards: 1, MemMiB: 4096, Cores: 5, CPUMilli: 500, HostMiB: 1024}
+	}
+	for _, j := range jobs {
+		if _, err := c.Volcano.BatchV1alpha1().Jobs(Namespace).Create(ctx, j.VolcanoJob(cfg.Mode != Floor), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("job %s: %w", j.Name, err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.StartScheduler(ctx); err != nil {
+		return err
+	}
+	_, _, started := c.SchedulerProcess()
+	res.RestartJobs, res.RestartFirst, res.RestartAll = len(jobs), -1, -1
+	names := map[string]bool{}
+	for _, j := range jobs {
+		names[j.Name] = true
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		bound := tr.BoundAt()
+		var ts []time.Time
+		for _, p := range tr.Pods() {
+			if t, ok := bound[p.Namespace+"/"+p.Name]; ok && names[jobOf(p)] {
+				ts = append(ts, t)
+			}
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		sort.Slice(ts, func(a, b int) bool { return ts[a].Before(ts[b]) })
+		res.RestartFirst = ts[0].Sub(started).Seconds()
+		if len(ts) == len(jobs) {
+			res.RestartAll = ts[len(ts)-1].Sub(started).Seconds()
+			break
+		}
+	}
+	// The restarted scheduler must not over-commit either.
+	if cfg.Mode != Floor {
+		load, _, _, err := Cards(tr.Pods(), &api.Decoders{}, func(*corev1.Pod) string { return "" })
+		if err != nil {
+			return err
+		}
+		res.Overcommitted = append(res.Overcommitted, Overcommitted(load)...)
+	}
+	return nil
+}
+
+// Save writes the result as JSON into dir/<mode>.json.
+func Save(res *Result, dir string) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, string(res.Mode)+".json"), b, 0o644)
+}
+
+// Load reads the results saved in dir, in Modes order; missing ones are skipped.
+func Load(dir string) ([]*Result, error) {
+	var out []*Result
+	for _, m := range Modes {
+		b, err := os.ReadFile(filepath.Join(dir, string(m)+".json"))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", m, err)
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}
