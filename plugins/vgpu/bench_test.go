@@ -58,7 +58,7 @@ func BenchmarkSession(b *testing.B) {
 				// Volcano v1.14 builds a node's device state when the node enters the
 				// cache, and only for the device kinds enabled then.
 				hamivgpu.VGPUEnable = mode == "deviceshare"
-				sc := benchCache(b)
+				sc := benchCache(b, benchNodes, benchTasks)
 				stop := make(chan struct{})
 				sc.Run(stop)
 				framework.CleanupPluginBuilders()
@@ -117,11 +117,11 @@ func benchTiers(mode string) []conf.Tier {
 
 // benchCache builds the cluster. Every node carries both Tessera's inventory and the
 // HAMi registration, so each plugin reads its own format of the same cards.
-func benchCache(b *testing.B) *cache.SchedulerCache {
-	sc := cache.NewCustomMockSchedulerCache("bench", util.NewFakeBinder(benchTasks*2), util.NewFakeEvictor(0),
+func benchCache(b *testing.B, nodes, tasks int) *cache.SchedulerCache {
+	sc := cache.NewCustomMockSchedulerCache("bench", util.NewFakeBinder(tasks*2), util.NewFakeEvictor(0),
 		&util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
 	hb := time.Now().UTC().Format(time.RFC3339)
-	for n := 0; n < benchNodes; n++ {
+	for n := 0; n < nodes; n++ {
 		name := fmt.Sprintf("node-%04d", n)
 		node := gpuNode(name, benchCards, "NVIDIA-A100", benchCardMiB)
 		node.Annotations[api.AnnotationHeartbeat] = hb
@@ -137,7 +137,7 @@ func benchCache(b *testing.B) *cache.SchedulerCache {
 		sc.AddOrUpdateNode(node)
 	}
 	sc.AddQueueV1beta1(util.BuildQueue("q1", 1, nil))
-	for g := 0; g < benchTasks/benchGangSize; g++ {
+	for g := 0; g < tasks/benchGangSize; g++ {
 		pg := fmt.Sprintf("job-%03d", g)
 		sc.AddPodGroupV1beta1(util.BuildPodGroup(pg, "ns", "q1", benchGangSize, nil, schedulingv1.PodGroupInqueue))
 		for m := 0; m < benchGangSize; m++ {

@@ -52,8 +52,9 @@ type Options struct {
 	Nodes  []Node
 	// SchedulerConf is the volcano-scheduler.conf to run with.
 	SchedulerConf string
-	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-metrics).
-	SchedulerArgs []string
+	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-metrics), ControllerArgs
+	// extra vc-controller-manager flags (e.g. its API client's QPS).
+	SchedulerArgs, ControllerArgs []string
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
 	Progress  io.Writer
@@ -329,8 +330,9 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := startProc(c.logDir, "vc-controller-manager", c.Opts.Bin.VolcanoControllers,
-		"--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--enable-healthz", fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	p, err := startProc(c.logDir, "vc-controller-manager", c.Opts.Bin.VolcanoControllers, append([]string{
+		"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--enable-healthz", fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp)},
+		c.Opts.ControllerArgs...)...)
 	if err != nil {
 		return err
 	}

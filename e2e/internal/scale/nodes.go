@@ -111,11 +111,14 @@ func Node(i int) (*corev1.Node, error) {
 }
 
 // Heartbeat is the node annotations the agents refresh: Tessera's heartbeat and the
-// HAMi plugin's handshake ("Reported", which Volcano answers with "Requesting"; a
-// "Requesting" older than a minute makes Volcano drop the node's cards).
+// HAMi handshake. In a cluster the HAMi plugin writes "Reported_<time>" and Volcano's
+// scheduler answers "Requesting_<time>" (a "Requesting" older than a minute makes it drop
+// the node's cards). Outside a pod Volcano's vgpu package has no API client for that
+// answer (it dereferences a nil clientset), so the harness writes the answer's steady
+// state, a fresh "Requesting", itself.
 func Heartbeat(now time.Time) map[string]string {
 	return map[string]string{
 		api.AnnotationHeartbeat:  now.UTC().Format(time.RFC3339),
-		api.VolcanoNodeHandshake: "Reported_" + now.Format("2006.01.02 15:04:05"),
+		api.VolcanoNodeHandshake: "Requesting_" + now.Format("2006.01.02 15:04:05"),
 	}
 }

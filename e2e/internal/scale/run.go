@@ -82,7 +82,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	c, err := cluster.Start(ctx, cluster.Options{Bin: cfg.Bin, RunDir: cfg.RunDir, SchedulerConf: conf,
-		SchedulerArgs: []string{"--enable-metrics"}, Progress: cfg.Progress})
+		SchedulerArgs: []string{"--enable-metrics"},
+		// Volcano's job controller creates every pod; at its default 50 requests/s and three
+		// workers it, not the scheduler, would set the pace of a thousand-node run.
+		ControllerArgs: []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
+		Progress:       cfg.Progress})
 	if err != nil {
 		return nil, err
 	}
@@ -205,14 +209,20 @@ func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 		for k, v := range hb {
 			n.Annotations[k] = v
 		}
-		status := n.Status
-		created, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		// The API server drops a new Node's status; kwok, which makes it Ready, may
+		// write it meanwhile: patch the card slots, CPU and memory in.
+		status, err := json.Marshal(map[string]any{"status": map[string]any{
+			"capacity": n.Status.Capacity, "allocatable": n.Status.Allocatable}})
 		if err != nil {
+			return err
+		}
+		if _, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		created.Status.Capacity, created.Status.Allocatable = status.Capacity, status.Allocatable
-		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+			return fmt.Errorf("node %s status: %w", n.Name, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
