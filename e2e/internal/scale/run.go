@@ -379,11 +379,20 @@ func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Confi
 	}
 	res.MissingAssignments = missing
 	res.CardsInUse = len(load)
-	var used fairshare.Amount
-	for _, a := range held {
-		used = used.Add(a)
+	// The bound is of what the bound pods asked for, the same for every scheduler
+	// (what a scheduler records may round a request up).
+	specs := map[string]JobSpec{}
+	for _, j := range cfg.Jobs {
+		specs[j.Name] = j
 	}
-	res.LowerBound = LowerBound(used.Cores, used.MemoryMiB)
+	var asked fairshare.Amount
+	for _, p := range pods {
+		if _, ok := boundAt[p.Namespace+"/"+p.Name]; ok && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			c, m := specs[jobOf(p)].CardShare()
+			asked = asked.Add(fairshare.Amount{MemoryMiB: m, Cores: c})
+		}
+	}
+	res.LowerBound = LowerBound(asked.Cores, asked.MemoryMiB)
 	res.Overcommitted = Overcommitted(load)
 	cards := float64(cfg.Nodes * CardsPerNode)
 	res.Queues = Shares(fairshare.Amount{MemoryMiB: cards * CardMiB, Cores: cards * 100}, Demand(cfg.Jobs), held)
