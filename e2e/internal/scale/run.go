@@ -44,29 +44,33 @@ type Config struct {
 
 // Result is what one scheduler did with the workload.
 type Result struct {
-	Mode               Mode
-	Nodes, Jobs        int
-	PodsSubmitted      int
-	PodsBound          int
-	VGPUPodsBound      int
-	Seconds            float64 // first submit to last bind
-	PodsPerSecond      float64
-	LatencyP50         float64 // seconds, submit to bound
-	LatencyP99         float64
-	CardsInUse         int
-	LowerBound         int
-	Overcommitted      []string
-	MissingAssignments int
-	Queues             []QueueShare
-	SchedulerCPU       float64 // seconds, from first submit to the end of the wait
-	RSSMiB, PeakRSSMiB float64
-	SessionCount       float64
-	SessionP50         float64 // milliseconds
-	SessionP90         float64
-	SessionP99         float64
-	SessionMean        float64
-	LoadStart, LoadEnd float64
-	LoadMean           float64
+	Mode          Mode
+	Nodes, Jobs   int
+	PodsSubmitted int
+	PodsBound     int
+	VGPUPodsBound int
+	Seconds       float64 // first submit to last bind
+	PodsPerSecond float64
+	LatencyP50    float64 // seconds, submit to bound
+	LatencyP99    float64
+	CardsInUse    int
+	LowerBound    int
+	// What the bound vGPU pods asked for and what the scheduler recorded on their
+	// cards, in card cores (100 = a card's SMs) and MiB.
+	AskedCores, AskedMiB float64
+	HeldCores, HeldMiB   float64
+	Overcommitted        []string
+	MissingAssignments   int
+	Queues               []QueueShare
+	SchedulerCPU         float64 // seconds, from first submit to the end of the wait
+	RSSMiB, PeakRSSMiB   float64
+	SessionCount         float64
+	SessionP50           float64 // milliseconds
+	SessionP90           float64
+	SessionP99           float64
+	SessionMean          float64
+	LoadStart, LoadEnd   float64
+	LoadMean             float64
 	// Restart: jobs submitted while the scheduler was down, from its start to the first
 	// and to the last of their pods bound (seconds); -1 when some never were.
 	RestartJobs              int
@@ -393,6 +397,11 @@ func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Confi
 		}
 	}
 	res.LowerBound = LowerBound(asked.Cores, asked.MemoryMiB)
+	res.AskedCores, res.AskedMiB = asked.Cores, asked.MemoryMiB
+	for _, a := range held {
+		res.HeldCores += a.Cores
+		res.HeldMiB += a.MemoryMiB
+	}
 	res.Overcommitted = Overcommitted(load)
 	cards := float64(cfg.Nodes * CardsPerNode)
 	res.Queues = Shares(fairshare.Amount{MemoryMiB: cards * CardMiB, Cores: cards * 100}, Demand(cfg.Jobs), held)

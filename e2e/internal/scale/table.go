@@ -66,6 +66,9 @@ func WriteTable(w io.Writer, rs []*Result) {
 	col("Cards in use / lower bound", gpu(func(r *Result) string {
 		return fmt.Sprintf("%d / %d (%.2f×)", r.CardsInUse, r.LowerBound, float64(r.CardsInUse)/float64(max(1, r.LowerBound)))
 	}))
+	col("Card cores / memory recorded ÷ asked", gpu(func(r *Result) string {
+		return fmt.Sprintf("%.2f / %.2f", r.HeldCores/max(1, r.AskedCores), r.HeldMiB/max(1, r.AskedMiB))
+	}))
 	col("Over-committed cards", gpu(func(r *Result) string { return fmt.Sprint(len(r.Overcommitted)) }))
 	col("Bound vGPU pods without an assignment", gpu(func(r *Result) string { return fmt.Sprint(r.MissingAssignments) }))
 	col("Queue card cores held / weighted max-min (1:2:3)", gpu(func(r *Result) string {
