@@ -98,12 +98,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := StartKwok(c, cfg.Kwok, cfg.RunDir, cfg.PodLife); err != nil {
 		return nil, err
 	}
-	if err := setup(ctx, c, cfg); err != nil {
-		return nil, err
-	}
+	// Heartbeats from the start: Volcano drops a node whose handshake is a minute old.
 	beat, stopBeat := context.WithCancel(ctx)
 	defer stopBeat()
 	go heartbeats(beat, c.Client, cfg.Nodes)
+	if err := setup(ctx, c, cfg); err != nil {
+		return nil, err
+	}
 
 	tr, err := Track(ctx, c.Client)
 	if err != nil {
@@ -204,13 +205,12 @@ func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 			return fmt.Errorf("queue %s: %w", q.Name, err)
 		}
 	}
-	hb := Heartbeat(time.Now())
 	err := parallel(16, cfg.Nodes, func(i int) error {
 		n, err := Node(i)
 		if err != nil {
 			return err
 		}
-		for k, v := range hb {
+		for k, v := range Heartbeat(time.Now()) {
 			n.Annotations[k] = v
 		}
 		// The API server drops a new Node's status; kwok, which makes it Ready, may
@@ -289,10 +289,12 @@ func parallel(workers, n int, f func(int) error) error {
 	return first
 }
 
-// heartbeats refreshes every node's agent annotations every 30 s, as Tessera's node agent
-// (heartbeatInterval 30s) and the HAMi plugin's handshake do.
+// heartbeats refreshes every node's agent annotations every 20 s: Tessera's node agent
+// beats every 30 s, and the HAMi handshake must stay under a minute old however slow a
+// round of patches is on a loaded machine (Volcano's scheduler crashes on an older one
+// outside a pod: see Heartbeat). Nodes not created yet are skipped.
 func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int) {
-	t := time.NewTicker(30 * time.Second)
+	t := time.NewTicker(20 * time.Second)
 	defer t.Stop()
 	for {
 		select {
@@ -301,7 +303,7 @@ func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int) {
 		case <-t.C:
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": Heartbeat(time.Now())}})
-		_ = parallel(4, nodes, func(i int) error {
+		_ = parallel(8, nodes, func(i int) error {
 			_, err := c.CoreV1().Nodes().Patch(ctx, NodeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
 			return err
 		})
