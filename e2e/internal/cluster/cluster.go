@@ -52,9 +52,8 @@ type Options struct {
 	Nodes  []Node
 	// SchedulerConf is the volcano-scheduler.conf to run with.
 	SchedulerConf string
-	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-metrics), ControllerArgs
-	// extra vc-controller-manager flags (e.g. its API client's QPS).
-	SchedulerArgs, ControllerArgs []string
+	// ControllerArgs are extra vc-controller-manager flags (e.g. its API client's QPS).
+	ControllerArgs []string
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
 	Progress  io.Writer
@@ -369,10 +368,9 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	args := append([]string{"--kubeconfig=" + c.schedKubeconfig,
-		"--scheduler-conf=" + c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
-		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp)}, c.Opts.SchedulerArgs...)
-	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, args...)
+	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.schedKubeconfig,
+		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
 	if err != nil {
 		return err
 	}

@@ -86,7 +86,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	c, err := cluster.Start(ctx, cluster.Options{Bin: cfg.Bin, RunDir: cfg.RunDir, SchedulerConf: conf,
-		SchedulerArgs: []string{"--enable-metrics"},
 		// Volcano's job controller creates every pod; at its default 50 requests/s and three
 		// workers it, not the scheduler, would set the pace of a thousand-node run.
 		ControllerArgs: []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
