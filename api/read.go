@@ -8,44 +8,93 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// decodeCache keeps the last decoded value per annotation string: nodes and running
-// pods change rarely, while sessions run every second over all of them.
+// decodeCache keeps decoded values per annotation string: nodes and running pods
+// change rarely, while sessions run every second over all of them. Each entry
+// remembers the last sweep period it was read in, and a sweep (once per scheduling
+// session) drops the entries the ending period did not read. What a session reads is
+// therefore kept whatever its size, and a cluster of any size decodes each annotation
+// once, not once per session. Without sweeps the cache is emptied at maxEntries.
 type decodeCache[T any] struct {
-	mu sync.Mutex
-	m  map[string]decoded[T]
+	mu     sync.Mutex
+	m      map[string]*decoded[T]
+	period uint64
 }
 
+// maxEntries bounds the cache when nobody sweeps (a caller outside the scheduler); a
+// scheduler sweeps every session and keeps exactly the last session's reads.
+const maxEntries = 1 << 19
+
 type decoded[T any] struct {
-	v   T
-	err error
+	v    T
+	err  error
+	read uint64 // the sweep period of the last read
 }
 
 func (c *decodeCache[T]) get(s string, decode func(string) (T, error)) (T, error) {
 	c.mu.Lock()
 	if d, ok := c.m[s]; ok {
+		d.read = c.period
 		c.mu.Unlock()
 		return d.v, d.err
 	}
 	c.mu.Unlock()
 	v, err := decode(s)
 	c.mu.Lock()
-	if c.m == nil || len(c.m) > 20000 {
-		c.m = make(map[string]decoded[T])
+	if c.m == nil || len(c.m) >= maxEntries {
+		c.m = make(map[string]*decoded[T])
 	}
-	c.m[s] = decoded[T]{v, err}
+	c.m[s] = &decoded[T]{v: v, err: err, read: c.period}
 	c.mu.Unlock()
 	return v, err
 }
 
+// sweep drops what was not read since the previous sweep.
+func (c *decodeCache[T]) sweep() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, d := range c.m {
+		if d.read != c.period {
+			delete(c.m, s)
+		}
+	}
+	c.period++
+}
+
+func (c *decodeCache[T]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
 // Decoders read the contract off Nodes and Pods, memoising each annotation codec: a
 // scheduler reads every node and running pod every session, and they change rarely.
-// One scheduler process owns one Decoders; a nil *Decoders decodes every time, as the
-// CLI does.
+// One scheduler process owns one Decoders and calls Sweep once per session; a nil
+// *Decoders decodes every time, as the CLI does.
 type Decoders struct {
 	inventories   decodeCache[*NodeInventory]
 	assignments   decodeCache[*PodAssignment]
 	volcanoCards  decodeCache[[][]CardAssignment]
 	registrations decodeCache[*NodeInventory]
+}
+
+// Sweep forgets every annotation not read since the previous Sweep (pods gone, nodes
+// rewritten); call it once per scheduling session.
+func (d *Decoders) Sweep() {
+	if d == nil {
+		return
+	}
+	d.inventories.sweep()
+	d.assignments.sweep()
+	d.volcanoCards.sweep()
+	d.registrations.sweep()
+}
+
+// Cached is how many decoded annotations the memo holds.
+func (d *Decoders) Cached() int {
+	if d == nil {
+		return 0
+	}
+	return d.inventories.len() + d.assignments.len() + d.volcanoCards.len() + d.registrations.len()
 }
 
 // cached decodes s through c, or directly when the decoders are nil.

@@ -116,6 +116,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 		klog.InfoS("Volcano now leaves these vGPU resources to Tessera; pods it cached before count them until they change or the scheduler restarts (pass the conf with --scheduler-conf at start to avoid this)",
 			"resources", added)
 	}
+	p.dec.Sweep() // what the last session did not read (pods gone, nodes rewritten) goes
 	p.ledger = p.buildLedger(ssn)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {
