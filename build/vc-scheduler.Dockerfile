@@ -40,11 +40,12 @@ FROM scratch
 ARG VERSION=dev
 ARG REVISION=unknown
 COPY --from=build /rootfs/ /
+COPY LICENSE /usr/share/doc/tessera/LICENSE
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 USER 65532:65532
 LABEL org.opencontainers.image.title=vc-scheduler \
       org.opencontainers.image.source=https://github.com/tessera-gpu/tessera \
       org.opencontainers.image.version=${VERSION} \
       org.opencontainers.image.revision=${REVISION} \
-      org.opencontainers.image.licenses=NOASSERTION
+      org.opencontainers.image.licenses=Apache-2.0
 ENTRYPOINT ["/usr/bin/vc-scheduler"]

@@ -61,10 +61,11 @@ ARG REVISION=unknown
 COPY --from=rootfs /rootfs/ /
 COPY --from=agent /out/vgpu-device-plugin /usr/bin/vgpu-device-plugin
 COPY --from=hook /src/vgpu-core/build/libvgpu.so /opt/tessera/lib/libvgpu.so
+COPY LICENSE /usr/share/doc/tessera/LICENSE
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 LABEL org.opencontainers.image.title=vgpu-device-plugin \
       org.opencontainers.image.source=https://github.com/tessera-gpu/tessera \
       org.opencontainers.image.version=${VERSION} \
       org.opencontainers.image.revision=${REVISION} \
-      org.opencontainers.image.licenses=NOASSERTION
+      org.opencontainers.image.licenses=Apache-2.0
 ENTRYPOINT ["/usr/bin/vgpu-device-plugin"]

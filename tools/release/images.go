@@ -67,6 +67,9 @@ func schedulerLayers(o *buildOptions, arch, bins string) ([]rootFS, v1.Config, e
 		}
 		app.file("/usr/bin/"+name, 0o755, bin)
 	}
+	if err := addLicense(app, o); err != nil {
+		return nil, v1.Config{}, err
+	}
 	return []rootFS{base, app}, v1.Config{
 		Entrypoint: []string{"/usr/bin/vc-scheduler"},
 		User:       "65532:65532",
@@ -127,11 +130,27 @@ func agentLayers(o *buildOptions, arch, bins string) ([]rootFS, v1.Config, error
 	app := rootFS{}
 	app.file("/usr/bin/vgpu-device-plugin", 0o755, bin)
 	app.file("/opt/tessera/lib/libvgpu.so", 0o755, lib)
+	if err := addLicense(app, o); err != nil {
+		return nil, v1.Config{}, err
+	}
 	return []rootFS{base, app}, v1.Config{
 		Entrypoint: []string{"/usr/bin/vgpu-device-plugin"},
 		Env:        []string{pathEnv},
 		WorkingDir: "/",
 	}, nil
+}
+
+// licensePath is where each image carries the repository's LICENSE (Apache-2.0 asks that
+// a copy go with every redistribution), beside Debian's copyright files.
+const licensePath = "/usr/share/doc/tessera/LICENSE"
+
+func addLicense(fs rootFS, o *buildOptions) error {
+	b, err := os.ReadFile(filepath.Join(o.Root, "LICENSE"))
+	if err != nil {
+		return fmt.Errorf("the images carry the repository's LICENSE: %w", err)
+	}
+	fs.file(licensePath, 0o644, b)
+	return nil
 }
 
 // usersFS is what every image has besides its programs: root and the non-root user

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"debug/elf"
 	"encoding/json"
 	"flag"
@@ -188,8 +189,12 @@ func TestEntrypointsRunFromTheImageRootFS(t *testing.T) {
 						t.Errorf("label %s = %q, want %q", k, got, want)
 					}
 				}
+				if got := cf.Config.Labels["org.opencontainers.image.licenses"]; got != "Apache-2.0" {
+					t.Errorf("label licenses = %q, want Apache-2.0 (the repository's LICENSE)", got)
+				}
 				root := t.TempDir()
 				extract(t, img, root)
+				checkLicense(t, root)
 				entry := cf.Config.Entrypoint
 				if len(entry) != 1 {
 					t.Fatalf("entrypoint %v", entry)
@@ -227,6 +232,19 @@ func TestEntrypointsRunFromTheImageRootFS(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// checkLicense: the image carries the repository's LICENSE as it is at this commit.
+func checkLicense(t *testing.T, root string) {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join("..", "..", "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(root, licensePath))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s in the image: %v (%d bytes, the repository's LICENSE has %d)", licensePath, err, len(got), len(want))
 	}
 }
 

@@ -58,7 +58,7 @@ func addBuildFlags(fs *flag.FlagSet, o *buildOptions) (created *string, sched, a
 	fs.StringVar(&o.Version, "version", "", "release version (the image tag)")
 	fs.StringVar(&o.Revision, "revision", "", "source commit")
 	fs.StringVar(&o.Source, "source", "https://github.com/tessera-gpu/tessera", "source repository URL")
-	fs.StringVar(&o.Licenses, "licenses", "NOASSERTION", "SPDX license expression for the images")
+	fs.StringVar(&o.Licenses, "licenses", "Apache-2.0", "SPDX license expression for the images")
 	fs.StringVar(&o.DebDir, "debs", "build/.debs", "directory of the downloaded Debian packages")
 	fs.StringVar(&o.Lock, "lock", "build/image-packages.lock", "Debian package lock")
 	created = fs.String("created", "", "creation time, seconds since the epoch (the commit's time)")
