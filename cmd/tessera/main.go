@@ -58,6 +58,11 @@ const simulator = "tessera-simulate"
 func simulate(args []string) int {
 	path := simulator
 	if self, err := os.Executable(); err == nil {
+		// krew runs the plugin through a symlink (~/.krew/bin/kubectl-tessera) into its
+		// store, where tessera-simulate sits; some systems report the link as the executable.
+		if real, err := filepath.EvalSymlinks(self); err == nil {
+			self = real
+		}
 		if p := filepath.Join(filepath.Dir(self), simulator); isFile(p) {
 			path = p
 		}

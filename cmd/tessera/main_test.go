@@ -75,3 +75,40 @@ func TestSimulateRunsTheSimulatorFromPath(t *testing.T) {
 		t.Errorf("tessera simulate without the simulator: exit %d, want 1 naming tessera-simulate; stderr %q", code, stderr)
 	}
 }
+
+// The krew layout: kubectl runs ~/.krew/bin/kubectl-tessera, a symlink into the plugin's
+// store directory, which holds tessera-simulate beside the real binary.
+func TestSimulateRunsTheSimulatorBesideTheRealBinaryOfASymlink(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, bin := t.TempDir(), t.TempDir()
+	real := filepath.Join(store, "kubectl-tessera")
+	if err := os.Link(self, real); err != nil {
+		b, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(real, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := "#!/bin/sh\necho \"store simulator $*\" >&2\nexit 4\n"
+	if err := os.WriteFile(filepath.Join(store, "tessera-simulate"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(bin, "kubectl-tessera")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TESSERA_CLI_MAIN=1", "TESSERA_CLI_ARGS=simulate -o text", "PATH="+t.TempDir())
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(errOut.String(), "store simulator -o text") {
+		t.Errorf("kubectl-tessera simulate through a symlink: %v; stderr %q; want the store's tessera-simulate (exit 4)", err, errOut.String())
+	}
+}

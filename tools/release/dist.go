@@ -24,8 +24,8 @@ type distOptions struct {
 	BaseURL string // where the release's files are downloaded from (the krew manifest's uris)
 }
 
-// binaryTargets are the release's binaries: the CLI everywhere it builds, the daemons on
-// the Linux platforms their images have.
+// binaryTargets are the release's binaries: the CLI and its simulator everywhere they
+// build, the daemons on the Linux platforms their images have.
 func binaryTargets(o *buildOptions) []struct {
 	prog     program
 	os, arch string
@@ -37,7 +37,7 @@ func binaryTargets(o *buildOptions) []struct {
 	var ts []target
 	for _, goos := range []string{"linux", "darwin"} {
 		for _, arch := range []string{"amd64", "arm64"} {
-			ts = append(ts, target{cliTool, goos, arch})
+			ts = append(ts, target{cliTool, goos, arch}, target{simulator, goos, arch})
 		}
 	}
 	for _, p := range o.SchedulerPlatforms {
@@ -49,6 +49,19 @@ func binaryTargets(o *buildOptions) []struct {
 		ts = append(ts, target{agent, os, arch})
 	}
 	return ts
+}
+
+// krewName is a program's name in the CLI's krew package ("" for the daemons): kubectl
+// runs the plugin as kubectl-tessera, and `tessera simulate` runs tessera-simulate from the
+// plugin's own directory.
+func krewName(p program) string {
+	switch p {
+	case cliTool:
+		return "kubectl-tessera"
+	case simulator:
+		return simulator.Name
+	}
+	return ""
 }
 
 func distMain(args []string) error {
@@ -78,7 +91,10 @@ func buildDist(o *buildOptions, d distOptions) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	var plugins []krewPlatform
+	// The CLI's programs per platform, for its krew package: kubectl-tessera (the same
+	// binary as tessera) and tessera-simulate, which it runs from beside itself.
+	cli := map[string]map[string]tarFile{}
+	var platforms []string
 	for _, t := range binaryTargets(o) {
 		dir := filepath.Join(work, t.os+"-"+t.arch)
 		bin, err := goBuild(o, t.prog, t.os, t.arch, dir)
@@ -93,19 +109,28 @@ func buildDist(o *buildOptions, d distOptions) error {
 		if err := os.WriteFile(filepath.Join(d.Dist, name), b, 0o755); err != nil {
 			return err
 		}
-		if t.prog == cliTool {
-			// The krew package: kubectl-tessera, which is the same binary.
-			archive := fmt.Sprintf("kubectl-tessera_%s_%s_%s.tar.gz", o.Version, t.os, t.arch)
-			tgz, err := tarGz(map[string]tarFile{"kubectl-tessera": {mode: 0o755, data: b}}, o.Created)
-			if err != nil {
-				return err
+		if inKrew := krewName(t.prog); inKrew != "" {
+			plat := t.os + "/" + t.arch
+			if cli[plat] == nil {
+				cli[plat] = map[string]tarFile{}
+				platforms = append(platforms, plat)
 			}
-			if err := os.WriteFile(filepath.Join(d.Dist, archive), tgz, 0o644); err != nil {
-				return err
-			}
-			plugins = append(plugins, krewPlatform{OS: t.os, Arch: t.arch, URI: d.BaseURL + "/" + archive,
-				SHA256: fmt.Sprintf("%x", sha256.Sum256(tgz))})
+			cli[plat][inKrew] = tarFile{mode: 0o755, data: b}
 		}
+	}
+	var plugins []krewPlatform
+	for _, plat := range platforms {
+		goos, arch, _ := strings.Cut(plat, "/")
+		archive := fmt.Sprintf("kubectl-tessera_%s_%s_%s.tar.gz", o.Version, goos, arch)
+		tgz, err := tarGz(cli[plat], o.Created)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(d.Dist, archive), tgz, 0o644); err != nil {
+			return err
+		}
+		plugins = append(plugins, krewPlatform{OS: goos, Arch: arch, URI: d.BaseURL + "/" + archive,
+			SHA256: fmt.Sprintf("%x", sha256.Sum256(tgz))})
 	}
 	chart, err := packageChart(filepath.Join(o.Root, "charts", "tessera"), o.Version, o.Created)
 	if err != nil {
@@ -292,6 +317,8 @@ spec:
     bin: kubectl-tessera
     files:
       - from: kubectl-tessera
+        to: .
+      - from: tessera-simulate
         to: .
 {{- end}}
 `))

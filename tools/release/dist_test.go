@@ -92,11 +92,33 @@ func TestKrewManifestNamesEachPlatformsArchiveAndDigest(t *testing.T) {
 	}
 	p := m.Spec.Platforms
 	if m.Kind != "Plugin" || m.Spec.Version != "v1.2.3" || len(p) != 1 || p[0].Sha256 != sum || p[0].Bin != "kubectl-tessera" ||
-		p[0].Selector.MatchLabels["os"] != "linux" || len(p[0].Files) != 1 || p[0].Files[0].From != "kubectl-tessera" {
+		p[0].Selector.MatchLabels["os"] != "linux" || len(p[0].Files) != 2 || p[0].Files[0].From != "kubectl-tessera" ||
+		p[0].Files[1].From != "tessera-simulate" || p[0].Files[1].To != "." {
 		t.Errorf("krew manifest:\n%s", b)
 	}
 	if files := untarGz(t, tgz); files["kubectl-tessera"] != "bin" {
 		t.Errorf("krew archive holds %v", files)
+	}
+}
+
+func TestReleaseShipsTheSimulatorBesideTheCLIOnEveryPlatform(t *testing.T) {
+	o := &buildOptions{SchedulerPlatforms: []string{"linux/amd64"}, AgentPlatforms: []string{"linux/amd64"}}
+	inKrew := map[string][]string{}
+	for _, tg := range binaryTargets(o) {
+		if n := krewName(tg.prog); n != "" {
+			inKrew[tg.os+"/"+tg.arch] = append(inKrew[tg.os+"/"+tg.arch], n)
+		}
+	}
+	for _, plat := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
+		if got := strings.Join(inKrew[plat], " "); got != "kubectl-tessera tessera-simulate" {
+			t.Errorf("krew package for %s holds %q, want kubectl-tessera tessera-simulate", plat, got)
+		}
+	}
+	if len(inKrew) != 4 {
+		t.Errorf("krew packages for %d platforms, want 4: %v", len(inKrew), inKrew)
+	}
+	if krewName(scheduler) != "" || krewName(agent) != "" {
+		t.Error("a daemon is packaged in the CLI's krew archive")
 	}
 }
 

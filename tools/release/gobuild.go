@@ -24,6 +24,9 @@ var (
 	cliTool   = program{Name: "tessera", Pkg: "./cmd/tessera"}
 	// The admission webhook ships in the scheduler's image as a second entrypoint.
 	admissionWebhook = program{Name: "tessera-admission", Pkg: "./cmd/tessera-admission"}
+	// simulator is what `tessera simulate` runs from beside the CLI (it links Volcano's
+	// scheduler; the CLI does not).
+	simulator = program{Name: "tessera-simulate", Pkg: "./cmd/tessera-simulate"}
 )
 
 // crossCC is the C compiler for a cgo build on another architecture (Debian's cross
