@@ -91,10 +91,13 @@ bench-vgpu-core:
 # See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
 
-## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only).
+## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only, helm upgrade from the
+## previous chart, the scheduler run from its image when make images has written IMAGES_DIR).
 e2e:
 	cd e2e/tools/kubelet && $(GO) vet ./fakecri && $(GO) test -count=1 ./fakecri
-	cd e2e && $(GO) vet ./... && $(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
+	cd e2e/tools/helm && $(GO) mod tidy -diff
+	cd e2e && $(GO) vet ./... && TESSERA_E2E_IMAGES=$(abspath $(IMAGES_DIR)) \
+		$(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
 ## scale: 1,000 kwok GPU nodes, one generated workload placed by Volcano without a device
 ## plugin, Volcano's deviceshare and Tessera in turn, one table (docs/benchmarks.md). Not part

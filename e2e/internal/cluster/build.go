@@ -25,6 +25,8 @@ type Binaries struct {
 	// Kubelet is the real kubelet; CRI our in-memory runtime for it; KubeletNS the
 	// launcher that gives each kubelet its own mount namespace.
 	Kubelet, CRI, KubeletNS string
+	// Helm is Helm's own CLI, for the upgrade scenario.
+	Helm string
 	// CRDs are Volcano's CRD files, from the volcano.sh/volcano module.
 	CRDs []string
 }
@@ -40,7 +42,7 @@ const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.34.2 " +
 // (incrementally) so the run tests this tree.
 // root is the repository root (the product module), e2eDir the e2e module (Volcano's
 // programs); etcd, kube-apiserver and kube-controller-manager build in its tools/kube
-// module, the kubelet and our in-memory CRI in tools/kubelet.
+// module, the kubelet and our in-memory CRI in tools/kubelet, helm in tools/helm.
 func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, err
@@ -48,9 +50,11 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	b := &Binaries{}
 	kubeDir := filepath.Join(e2eDir, "tools", "kube")
 	kubeletDir := filepath.Join(e2eDir, "tools", "kubelet")
+	helmDir := filepath.Join(e2eDir, "tools", "helm")
 	kube, volcano, kubelet := stamp{file: "kube.stamp", module: kubeDir},
 		stamp{file: "volcano.stamp", module: e2eDir}, stamp{file: "kubelet.stamp", module: kubeletDir}
-	stamps := []*stamp{&kube, &volcano, &kubelet}
+	helm := stamp{file: "helm.stamp", module: helmDir}
+	stamps := []*stamp{&kube, &volcano, &kubelet, &helm}
 	for _, s := range stamps {
 		if err := s.check(cacheDir); err != nil {
 			return nil, err
@@ -68,6 +72,7 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 		{"vc-controller-manager", e2eDir, "volcano.sh/volcano/cmd/controller-manager", "", "~2 min", &volcano, &b.VolcanoControllers},
 		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", &volcano, &b.VolcanoWebhook},
 		{"kubelet", kubeletDir, "k8s.io/kubernetes/cmd/kubelet", kubeLDFlags, "~4 min", &kubelet, &b.Kubelet},
+		{"helm", helmDir, "helm.sh/helm/v3/cmd/helm", "", "~3 min", &helm, &b.Helm},
 		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", nil, &b.Scheduler},
 		{"tessera-admission", root, "./cmd/tessera-admission", "", "~1 min", nil, &b.Admission},
 		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", nil, &b.Agent},

@@ -85,6 +85,11 @@ type Cluster struct {
 	closers         []func()
 	// Each node agent's way to its kubelet's PodResources socket (podresgate.go).
 	gates map[string]*socketGate
+	// What a rollout (rollout.go) put in place of Opts.SchedulerConf, and the config file
+	// the agents read under the harness's flags; "" for none.
+	schedConf, agentConfig string
+	// The image whose root file system the scheduler runs from (image.go); nil: Bin.Scheduler.
+	schedImage *Image
 }
 
 // Start brings the cluster up. On error everything already started is stopped.
@@ -350,7 +355,8 @@ func healthz(port int) func(context.Context) (bool, error) {
 	}
 }
 
-// StartScheduler starts Tessera's vc-scheduler, talking to the API server through the
+// StartScheduler starts Tessera's vc-scheduler (with the conf of the last rollout, else
+// Opts.SchedulerConf), talking to the API server through the
 // harness's proxy (apiproxy.go), and waits until it has created the default queue and
 // answers its health check.
 func (c *Cluster) StartScheduler(ctx context.Context) error {
@@ -368,9 +374,19 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	p, err := startProc(c.logDir, "vc-scheduler", c.Opts.Bin.Scheduler, "--kubeconfig="+c.schedKubeconfig,
-		"--scheduler-conf="+c.Opts.SchedulerConf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
+	conf := c.Opts.SchedulerConf
+	c.mu.Lock()
+	if c.schedConf != "" {
+		conf = c.schedConf
+	}
+	c.mu.Unlock()
+	prog, args, kubeconfig, conf, err := c.schedulerCommand(conf)
+	if err != nil {
+		return err
+	}
+	args = append(args, "--kubeconfig="+kubeconfig, "--scheduler-conf="+conf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	p, err := startProc(c.logDir, "vc-scheduler", prog, args...)
 	if err != nil {
 		return err
 	}

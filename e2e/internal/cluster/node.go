@@ -214,6 +214,12 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=" + metrics,
 		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name)}, c.Opts.AgentArgs...)
 	args = append(append(args, n.AgentArgs...), extra...)
+	c.mu.Lock()
+	if c.agentConfig != "" {
+		// The file first; the flags above win over it (flag > env > file).
+		args = append([]string{"--config=" + c.agentConfig}, args...)
+	}
+	c.mu.Unlock()
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
 		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
 	}
