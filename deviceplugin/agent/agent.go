@@ -108,6 +108,8 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		return err
 	}
 	defer prc.Close()
+	uninst := watchUninstall(ctx, cfg, deps.Client, prc)
+	defer uninst.stop()
 	store := &records.Store{Root: cfg.StateDir}
 	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
@@ -143,6 +145,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	klog.InfoS("Node agent running", "node", cfg.NodeName, "cards", len(res.Devices), "resource", cfg.ResourceName)
 	<-ctx.Done()
 	wg.Wait()
+	if conflict == nil {
+		uninst.removeIfUninstalled() // before prc closes: it asks the kubelet which pods hold slots
+	}
 	return conflict
 }
 

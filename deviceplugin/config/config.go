@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +93,10 @@ type Config struct {
 	CDISpecDir string `json:"cdiSpecDir"`
 	// SlotTopology is none or numa (SlotTopologyNone, SlotTopologyNUMA).
 	SlotTopology string `json:"slotTopology"`
+	// UninstallDaemonSet is "namespace/name" of the agent's own DaemonSet: once it is
+	// deleted (helm uninstall), the agent removes the host files when it stops, if no pod
+	// holds the node's slots (deviceplugin/uninstall). Empty: the files always stay.
+	UninstallDaemonSet string `json:"uninstallDaemonSet,omitempty"`
 }
 
 // What the agent does beside another GPU device plugin on its node.
@@ -191,6 +196,11 @@ func (c *Config) Validate() error {
 	}
 	if c.SlotTopology != SlotTopologyNone && c.SlotTopology != SlotTopologyNUMA {
 		bad("slotTopology", "%q, want %s or %s", c.SlotTopology, SlotTopologyNone, SlotTopologyNUMA)
+	}
+	if c.UninstallDaemonSet != "" {
+		if ns, name, ok := strings.Cut(c.UninstallDaemonSet, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			bad("uninstallDaemonSet", "%q, want namespace/name of the agent's DaemonSet, or empty", c.UninstallDaemonSet)
+		}
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)

@@ -92,6 +92,10 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 		{"a relative CDI spec directory is reported", "version: v1\nnodeName: n\n", []string{"--cdi-spec-dir=cdi"}, []string{`cdiSpecDir: "cdi"`}},
 		{"an unknown slot topology names the field", "version: v1\nnodeName: n\n", []string{"--slot-topology=single-numa-node"},
 			[]string{`slotTopology: "single-numa-node", want none or numa`}},
+		{"an uninstall DaemonSet without its namespace is reported", "version: v1\nnodeName: n\nuninstallDaemonSet: tessera-agent\n", nil,
+			[]string{`uninstallDaemonSet: "tessera-agent"`}},
+		{"an uninstall DaemonSet flag with an empty name is reported", "version: v1\nnodeName: n\n", []string{"--uninstall-daemonset=gpu/"},
+			[]string{`uninstallDaemonSet: "gpu/"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

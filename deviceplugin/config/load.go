@@ -63,6 +63,7 @@ var fields = []field{
 	{"gc-grace-period", "how long a pod must be gone before its directories are removed", dur(func(c *Config) *metav1.Duration { return &c.GCGracePeriod })},
 	{"health-check-interval", "how often every card is queried", dur(func(c *Config) *metav1.Duration { return &c.Health.CheckInterval })},
 	{"health-recover-after", "quiet time after a fatal event before a card is healthy again", dur(func(c *Config) *metav1.Duration { return &c.Health.RecoverAfter })},
+	{"uninstall-daemonset", "namespace/name of the agent's DaemonSet: once it is deleted, host files are removed at exit if no pod holds the node's slots", str(func(c *Config) *string { return &c.UninstallDaemonSet })},
 	{"other-gpu-plugins", "beside another GPU device plugin on the node: refuse (serve nothing) or share", str(func(c *Config) *string { return &c.OtherGPUPlugins })},
 	{"card-handoff", "how cards reach a container: env (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices) or both", str(func(c *Config) *string { return &c.CardHandoff })},
 	{"cdi-card-kind", "CDI kind whose devices, named by card UUID, are the cards", str(func(c *Config) *string { return &c.CDICardKind })},

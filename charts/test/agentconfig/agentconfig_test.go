@@ -53,3 +53,12 @@ func TestTheAgentAcceptsTheRenderedConfig(t *testing.T) {
 		t.Errorf("custom agent config: %+v", cfg)
 	}
 }
+
+func TestTheAgentIsToldItsDaemonSetOnlyWhenItRemovesHostFiles(t *testing.T) {
+	if got := agentConfig(t, charttest.MustRender(t, "")).UninstallDaemonSet; got != "volcano-system/gpu-tessera-vgpu-device-plugin" {
+		t.Errorf("default uninstallDaemonSet %q, want the release's DaemonSet volcano-system/gpu-tessera-vgpu-device-plugin", got)
+	}
+	if got := agentConfig(t, charttest.MustRender(t, "../testdata/keep-host-files.yaml")).UninstallDaemonSet; got != "" {
+		t.Errorf("uninstallDaemonSet %q with removeHostFilesOnUninstall: false, want empty", got)
+	}
+}
