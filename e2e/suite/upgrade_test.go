@@ -52,6 +52,16 @@ func (h helmCLI) run(t *testing.T, args ...string) string {
 	return out.String()
 }
 
+// packageCurrent packages the chart in this tree at currentVersion, as make release does
+// at VERSION, and returns the archive.
+func (h helmCLI) packageCurrent(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(h.dir, "chart")
+	h.run(t, "package", filepath.Join("..", "..", "charts", "tessera"), "--version", currentVersion,
+		"--app-version", currentVersion, "--destination", out)
+	return filepath.Join(out, "tessera-"+currentVersion+".tgz")
+}
+
 // rollout does to the running programs what the chart's Deployment and DaemonSet do after
 // an install or upgrade (cluster/rollout.go): the scheduler restarted with the release's
 // volcano-scheduler.conf, the agents one node at a time with its device-plugin.yaml (under
@@ -258,10 +268,7 @@ func TestUpgradeFromThePreviousChartKeepsRunningPodsCards(t *testing.T) {
 	before := snapshot(t, pods)
 	deployBefore, dsBefore := templateChecksums(t)
 
-	packaged := filepath.Join(dir, "chart")
-	helm.run(t, "package", filepath.Join("..", "..", "charts", "tessera"), "--version", currentVersion,
-		"--app-version", currentVersion, "--destination", packaged)
-	helm.run(t, "upgrade", release, filepath.Join(packaged, "tessera-"+currentVersion+".tgz"), "--namespace", releaseNS)
+	helm.run(t, "upgrade", release, helm.packageCurrent(t), "--namespace", releaseNS)
 	checkHistory(t, helm)
 	deployAfter, dsAfter := templateChecksums(t)
 	if deployAfter == deployBefore || dsAfter == dsBefore {

@@ -211,7 +211,7 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
-		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-address=" + metrics,
+		"--state-dir=" + c.StateDir(name), "--metrics-address=" + metrics,
 		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name)}, c.Opts.AgentArgs...)
 	args = append(append(args, n.AgentArgs...), extra...)
 	c.mu.Lock()

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,3 +73,24 @@ func (c *Cluster) RollAgents(ctx context.Context, config string, timeout time.Du
 	}
 	return nil
 }
+
+// StopAgents stops every node's agent as the kubelets stop the pods of a deleted
+// DaemonSet: all at once, each with SIGTERM and the grace period. StartAgent or
+// RollAgents starts them again.
+func (c *Cluster) StopAgents() {
+	c.mu.Lock()
+	var ps []*proc
+	for _, p := range c.agents {
+		ps = append(ps, p)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop(podGrace) }()
+	}
+	wg.Wait()
+}
+
+// StateDir is the node agent's state directory (ld.so.preload, per-container directories).
+func (c *Cluster) StateDir(node string) string { return filepath.Join(c.NodeDir(node), "state") }
