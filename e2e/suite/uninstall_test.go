@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
@@ -61,7 +60,7 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 		if installed {
 			helm.run(t, "uninstall", release, "--namespace", releaseNS, "--wait")
 		}
-		_ = cl.Client.CoreV1().Namespaces().Delete(ctx, releaseNS, metav1.DeleteOptions{})
+		deleteReleaseNamespace(t)
 		restoreHarness(t)
 	}()
 	_, agentConf := rollout(t, dir, currentVersion)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -104,6 +105,21 @@ func rollout(t *testing.T, dir, version string) (schedConf, agentConf string) {
 	}
 	t.Logf("rolled out %s: scheduler and %d agents replaced in %s", version, len(nodes), time.Since(start).Round(100*time.Millisecond))
 	return schedConf, agentConf
+}
+
+// deleteReleaseNamespace deletes the release's namespace and waits until it is gone, so
+// that the next scenario can install into it again.
+func deleteReleaseNamespace(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	_ = cl.Client.CoreV1().Namespaces().Delete(ctx, releaseNS, metav1.DeleteOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cl.Client.CoreV1().Namespaces().Get(ctx, releaseNS, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("namespace %s not deleted: %v", releaseNS, err)
+	}
 }
 
 // restoreHarness puts back the suite's own scheduler conf and agent flags.
@@ -252,7 +268,7 @@ func TestUpgradeFromThePreviousChartKeepsRunningPodsCards(t *testing.T) {
 	helm.run(t, "install", release, previousChart, "--namespace", releaseNS, "--create-namespace")
 	defer func() {
 		helm.run(t, "uninstall", release, "--namespace", releaseNS, "--wait")
-		_ = cl.Client.CoreV1().Namespaces().Delete(ctx, releaseNS, metav1.DeleteOptions{})
+		deleteReleaseNamespace(t)
 		restoreHarness(t)
 	}()
 	oldSched, oldAgent := rollout(t, dir, previousVersion)
