@@ -51,3 +51,14 @@ func TestKeepingHostFilesDropsTheRoleAndTheWritableMount(t *testing.T) {
 		t.Error("the agent mounts the hook library writable although it never removes it")
 	}
 }
+
+func TestTheUninstallRoleIsBoundToTheAgentsServiceAccount(t *testing.T) {
+	r := MustRender(t, "testdata/agent-service-account.yaml")
+	var ds appsv1.DaemonSet
+	r.Get(t, "DaemonSet", "gpu-tessera-vgpu-device-plugin", &ds)
+	var rb rbacv1.RoleBinding
+	r.Get(t, "RoleBinding", "gpu-tessera-vgpu-device-plugin-uninstall", &rb)
+	if sa := ds.Spec.Template.Spec.ServiceAccountName; sa != "gpu-agent" || len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa {
+		t.Errorf("the agent runs as %q, the uninstall RoleBinding binds %+v", sa, rb.Subjects)
+	}
+}

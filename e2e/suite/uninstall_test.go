@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
@@ -68,6 +70,8 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 		t.Fatalf("the chart's agent config does not name the agent's DaemonSet:\n%s", agentConf)
 	}
 
+	checkAgentMayWatchItsDaemonSet(t, agentConf)
+
 	job := workload.Job(n, "l40s", "default", 1, workload.Task{Name: "t", Replicas: 1,
 		Annotations: map[string]string{api.AnnotationGPUTypeInclude: "L40S"},
 		Containers:  []workload.Container{{Name: "main", Cards: 1, MemPct: 20, Cores: 20}}})
@@ -117,5 +121,37 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 	}
 	if _, err := os.Stat(lib); err == nil {
 		t.Errorf("hook library %s left although three of the nodes had no pod holding a slot", lib)
+	}
+}
+
+// checkAgentMayWatchItsDaemonSet asks the API server's authorizer, through
+// SubjectAccessReviews with the chart's RBAC in place, whether the agent's ServiceAccount
+// may get, list and watch the DaemonSet the chart's config names (the informer lists and
+// watches with a metadata.name field selector, which RBAC matches against resourceNames),
+// and not another DaemonSet.
+func checkAgentMayWatchItsDaemonSet(t *testing.T, agentConf string) {
+	t.Helper()
+	var named string
+	for _, l := range strings.Split(agentConf, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "uninstallDaemonSet:"); ok {
+			named = strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	ns, name, _ := strings.Cut(named, "/")
+	sa := "system:serviceaccount:" + ns + ":" + name // the chart names the agent's ServiceAccount as its DaemonSet
+	for _, c := range []struct {
+		verb, name string
+		allowed    bool
+	}{{"get", name, true}, {"list", name, true}, {"watch", name, true}, {"watch", "other", false}, {"delete", name, false}} {
+		r, err := cl.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
+			Spec: authzv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns},
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: c.verb, Group: "apps", Resource: "daemonsets", Name: c.name}}},
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != c.allowed {
+			t.Errorf("%s may %s daemonsets/%s: %t, want %t (%s)", sa, c.verb, c.name, r.Status.Allowed, c.allowed, r.Status.Reason)
+		}
 	}
 }
