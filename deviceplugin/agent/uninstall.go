@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/deviceplugin/uninstall"
 )
@@ -55,14 +57,17 @@ func (u *uninstaller) removeIfUninstalled() {
 	rctx, done := context.WithTimeout(u.ctx, 10*time.Second)
 	defer done()
 	files := uninstall.Files{HookLibrary: u.cfg.HookLibrary, StateDir: u.cfg.StateDir}
+	if u.cfg.CardHandoff != config.HandoffEnv {
+		files.CDISpec = filepath.Join(u.cfg.CDISpecDir, cdi.FileName(cdi.HookKind))
+	}
 	switch err := uninstall.Remove(rctx, u.kubelet, u.cfg.ResourceName, files); {
 	case errors.Is(err, uninstall.ErrInUse):
 		klog.InfoS("Uninstalled with vGPU pods still on the node: host files kept for them; remove them once they end (docs/install.md)",
-			"reason", err, "hookLibrary", files.HookLibrary, "stateDir", files.StateDir)
+			"reason", err, "hookLibrary", files.HookLibrary, "stateDir", files.StateDir, "cdiSpec", files.CDISpec)
 	case err != nil:
 		klog.ErrorS(err, "Uninstalled: host files not removed", "hookLibrary", files.HookLibrary, "stateDir", files.StateDir)
 	default:
 		klog.InfoS("Uninstalled: host files removed, no pod held the node's vGPU slots", "hookLibrary", files.HookLibrary,
-			"stateDir", files.StateDir)
+			"stateDir", files.StateDir, "cdiSpec", files.CDISpec)
 	}
 }

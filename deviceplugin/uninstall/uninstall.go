@@ -1,5 +1,6 @@
 // Package uninstall removes the files the node agent and its init container put on the
-// host (the hook library, the ld.so.preload file, the state directory) when the chart is
+// host (the hook library, the ld.so.preload file, the state directory, the hook library's
+// CDI spec) when the chart is
 // uninstalled, and only once no container on the node can still use them.
 //
 // An agent stops for three reasons: a restart or an upgrade (a new agent comes and uses
@@ -134,6 +135,7 @@ type Lister interface {
 type Files struct {
 	HookLibrary string // removed, then its directory if that is left empty and can go
 	StateDir    string // emptied (ld.so.preload, per-container directories), then removed if it can go
+	CDISpec     string // the hook library's CDI spec the agent wrote (cardHandoff cdi or both); "" for none
 }
 
 // Holders lists the pods (namespace/name) the kubelet reports holding devices of resource.
@@ -181,6 +183,11 @@ func Remove(ctx context.Context, kubelet Lister, resource string, f Files) error
 		// Only if empty: the directory may hold what someone else put there.
 		if err := os.Remove(filepath.Dir(f.HookLibrary)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			klog.V(2).InfoS("Hook library directory kept", "dir", filepath.Dir(f.HookLibrary), "reason", err)
+		}
+	}
+	if f.CDISpec != "" {
+		if err := os.Remove(f.CDISpec); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
 		}
 	}
 	if f.StateDir != "" {

@@ -35,8 +35,9 @@ func pod(ns, name, res string, ids ...string) *podresourcesv1.PodResources {
 func host(t *testing.T) (Files, []string) {
 	t.Helper()
 	root := t.TempDir()
-	f := Files{HookLibrary: filepath.Join(root, "usr/local/tessera/lib/libvgpu.so"), StateDir: filepath.Join(root, "var/lib/tessera")}
-	paths := []string{f.HookLibrary, filepath.Join(f.StateDir, "ld.so.preload"), filepath.Join(f.StateDir, "pods", "uid_main", "limits")}
+	f := Files{HookLibrary: filepath.Join(root, "usr/local/tessera/lib/libvgpu.so"), StateDir: filepath.Join(root, "var/lib/tessera"),
+		CDISpec: filepath.Join(root, "var/run/cdi/tessera.io-vgpu.yaml")}
+	paths := []string{f.HookLibrary, filepath.Join(f.StateDir, "ld.so.preload"), filepath.Join(f.StateDir, "pods", "uid_main", "limits"), f.CDISpec}
 	for _, p := range paths {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
