@@ -84,7 +84,9 @@ func ParseStat(b []byte) (state byte, start uint64, ok bool) {
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	// fields[0] is field 3 (state), so field 22 is fields[19].
-	if len(fields) < 20 || len(fields[0]) != 1 {
+	// The state is one letter (R, S, D, Z, T, t, X, I, …); anything else is not a
+	// stat line, however many fields follow.
+	if len(fields) < 20 || len(fields[0]) != 1 || !isLetter(fields[0][0]) {
 		return 0, 0, false
 	}
 	start, err := strconv.ParseUint(fields[19], 10, 64)
@@ -93,6 +95,8 @@ func ParseStat(b []byte) (state byte, start uint64, ok bool) {
 	}
 	return fields[0][0], start, true
 }
+
+func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }
 
 // Alive implements Liveness the way vgpu-core's owner_alive does, from the host's side:
 // a host process with the slot's start time whose innermost pid is the slot's pid, not a
