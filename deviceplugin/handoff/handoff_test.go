@@ -141,3 +141,35 @@ func TestAVolcanoAssignmentIsReadWhenTesseraIsAbsent(t *testing.T) {
 	}
 	h.waitHandoff(p, api.HandoffDone)
 }
+
+// The real kubelet (v1.34), under churn, has recorded one slot for two containers it was
+// setting up at once. Each has its own cards from the scheduler, so both are prepared
+// and both start, each with its own limits, rather than both being refused forever.
+func TestTwoContainersTheKubeletRecordsOnOneSlotBothStart(t *testing.T) {
+	h := newHarness(t, nvmlfake.FourCardsTwoNUMA(), 4)
+	h.waitRegistered(1)
+	a := pod("a", ctr{"main", []api.CardAssignment{card(h.uuids[1], 4096, 25)}})
+	b := pod("b", ctr{"main", []api.CardAssignment{card(h.uuids[1], 8192, 50)}})
+	h.bind(a)
+	if _, err := h.kubelet.Admit(h.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	h.kubelet.LoseAllocation(a.UID) // a's slot counts as free for the next admission
+	h.bind(b)
+	if _, err := h.kubelet.Admit(h.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := h.kubelet.Devices(a, "main"), h.kubelet.Devices(b, "main")
+	if len(sa) != 1 || len(sb) != 1 || sa[0] != sb[0] {
+		t.Fatalf("the kubelet should have recorded one slot for both: a %v, b %v", sa, sb)
+	}
+	for _, p := range []*podT{{a}, {b}} {
+		if err := h.kubelet.StartContainers(h.ctx, p.Pod); err != nil {
+			t.Fatalf("start %s: %v", p.Name, err)
+		}
+		h.waitHandoff(p.Pod, api.HandoffDone)
+	}
+	if la, lb := h.limitsFile(a, "main"), h.limitsFile(b, "main"); !strings.Contains(la, "4096") || !strings.Contains(lb, "8192") {
+		t.Errorf("each container must get its own limits:\na: %s\nb: %s", la, lb)
+	}
+}

@@ -22,6 +22,14 @@ import (
 // checks that container's assignment and its own Allocate record against the slots,
 // rewrites the limits file the container reads, and marks the handoff done once every
 // vGPU container of the pod got this far.
+//
+// Under churn the kubelet has been seen to record one slot for two containers it is
+// setting up at once (its device accounting let a second admission take a slot the
+// first had just been given). A slot is only an admission token: each container's cards,
+// memory and cores come from its own assignment, which the scheduler booked. So when
+// every container the kubelet names passes the same checks (its own Allocate record for
+// exactly these slots, its assignment naming exactly these cards), all of them are
+// prepared, whichever the kubelet is starting; if any does not, PreStart refuses.
 func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 	start := time.Now()
 	defer func() { h.observe("PreStartContainer", start, err) }()
@@ -29,60 +37,88 @@ func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 	if err != nil {
 		return err
 	}
-	ns, name, container, err := h.owner(ctx, ids)
+	owners, err := h.owners(ctx, ids)
 	if err != nil {
 		return err
 	}
+	type ready struct {
+		pod *corev1.Pod
+		rec *records.Record
+	}
+	var all []ready
+	for _, o := range owners {
+		pod := h.waitPod(ctx, o.ns, o.name)
+		if pod == nil {
+			err := fmt.Errorf("%w: the kubelet runs %s/%s container %q on slots %s, but no such pod is bound to node %s",
+				ErrUnknownOwner, o.ns, o.name, o.container, strings.Join(ids, ","), h.cfg.Node)
+			if len(owners) > 1 {
+				return fmt.Errorf("%w: the kubelet reports slots %s held by %v: %v", ErrAmbiguous, strings.Join(ids, ","), owners, err)
+			}
+			return err
+		}
+		rec, err := h.verify(pod, o.container, ids, got)
+		if err != nil && len(owners) > 1 {
+			return fmt.Errorf("%w: the kubelet reports slots %s held by %v: %s/%s container %q: %v",
+				ErrAmbiguous, strings.Join(ids, ","), owners, o.ns, o.name, o.container, err)
+		}
+		if err != nil {
+			h.mark(ctx, pod, api.HandoffFailed, fmt.Sprintf("container %q: %v", o.container, err))
+			klog.ErrorS(err, "Refusing PreStartContainer", "pod", klog.KObj(pod), "container", o.container)
+			return err
+		}
+		all = append(all, ready{pod, rec})
+	}
+	if len(all) > 1 {
+		klog.InfoS("The kubelet records these slots for several containers; each passes its own checks, preparing all of them",
+			"slots", ids, "containers", owners)
+	}
+	for _, r := range all {
+		if err := h.store.WriteLimits(r.rec.UID, r.rec.Container, h.cfg.Container.LimitsFile(r.rec)); err != nil {
+			return err
+		}
+		if err := h.store.MarkStarted(r.rec, h.now()); err != nil {
+			return err
+		}
+		klog.V(3).InfoS("Container handed its cards", "pod", klog.KObj(r.pod), "container", r.rec.Container, "cards", uuidsOf(r.rec.Cards))
+		h.MarkIfComplete(ctx, r.pod)
+	}
+	return nil
+}
+
+func (h *Handoff) waitPod(ctx context.Context, ns, name string) *corev1.Pod {
 	var pod *corev1.Pod
 	nodepods.WaitFor(ctx, h.cfg.IdentifyTimeout, h.cfg.PollInterval, func() bool {
 		var ok bool
 		pod, ok = h.pods.Get(ns, name)
 		return ok
 	})
-	if pod == nil {
-		return fmt.Errorf("%w: the kubelet runs %s/%s container %q on slots %s, but no such pod is bound to node %s",
-			ErrUnknownOwner, ns, name, container, strings.Join(ids, ","), h.cfg.Node)
-	}
-	rec, err := h.verify(pod, container, ids, got)
-	if err != nil {
-		h.mark(ctx, pod, api.HandoffFailed, fmt.Sprintf("container %q: %v", container, err))
-		klog.ErrorS(err, "Refusing PreStartContainer", "pod", klog.KObj(pod), "container", container)
-		return err
-	}
-	if err := h.store.WriteLimits(rec.UID, rec.Container, h.cfg.Container.LimitsFile(rec)); err != nil {
-		return err
-	}
-	if err := h.store.MarkStarted(rec, h.now()); err != nil {
-		return err
-	}
-	klog.V(3).InfoS("Container handed its cards", "pod", klog.KObj(pod), "container", container, "cards", uuidsOf(rec.Cards))
-	h.MarkIfComplete(ctx, pod)
-	return nil
+	return pod
 }
 
-// owner finds the one container the kubelet records as holding exactly these slots.
-func (h *Handoff) owner(ctx context.Context, ids []string) (string, string, string, error) {
+// slotOwner is a container the kubelet records as holding a set of slots.
+type slotOwner struct{ ns, name, container string }
+
+func (o slotOwner) String() string { return o.ns + "/" + o.name + "/" + o.container }
+
+// owners finds the containers the kubelet records as holding exactly these slots: one,
+// normally.
+func (h *Handoff) owners(ctx context.Context, ids []string) ([]slotOwner, error) {
 	list, err := h.kubelet.List(ctx)
 	if err != nil {
-		return "", "", "", err
+		return nil, err
 	}
-	var found []string
-	var ns, name, container string
+	var found []slotOwner
 	for _, pr := range list {
 		for _, c := range pr.GetContainers() {
 			if held := h.slotsHeld(c); len(held) > 0 && sameSet(held, ids) {
-				ns, name, container = pr.GetNamespace(), pr.GetName(), c.GetName()
-				found = append(found, ns+"/"+name+"/"+container)
+				found = append(found, slotOwner{pr.GetNamespace(), pr.GetName(), c.GetName()})
 			}
 		}
 	}
-	switch len(found) {
-	case 0:
-		return "", "", "", fmt.Errorf("%w: %s", ErrUnknownOwner, strings.Join(ids, ","))
-	case 1:
-		return ns, name, container, nil
+	if len(found) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownOwner, strings.Join(ids, ","))
 	}
-	return "", "", "", fmt.Errorf("%w: the kubelet reports slots %s held by %v", ErrAmbiguous, strings.Join(ids, ","), found)
+	return found, nil
 }
 
 // verify checks the kubelet's slots against Allocate's record and the assignment, and

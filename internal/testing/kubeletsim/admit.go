@@ -118,7 +118,10 @@ func (k *Kubelet) choose(ctx context.Context, plugin pluginapi.DevicePluginClien
 // freeSlots lists the healthy slots no container holds, sorted. k.mu must be held.
 func (k *Kubelet) freeSlots() []string {
 	used := map[string]bool{}
-	for _, cs := range k.holders {
+	for uid, cs := range k.holders {
+		if k.lost[uid] {
+			continue
+		}
 		for _, ids := range cs {
 			for _, id := range ids {
 				used[id] = true

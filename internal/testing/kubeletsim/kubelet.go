@@ -61,7 +61,10 @@ type Kubelet struct {
 	health          map[string]string // slot ID -> Healthy/Unhealthy
 	pods            []*corev1.Pod     // active pods, in admission order
 	holders         map[types.UID]map[string][]string
-	lastAllocate    time.Duration
+	// lost: pods whose slots the device accounting has dropped while PodResources
+	// still reports them (LoseAllocation).
+	lost         map[types.UID]bool
+	lastAllocate time.Duration
 }
 
 // Start serves the PodResources and Registration sockets, replacing sockets left by an
@@ -71,7 +74,7 @@ func Start(opts Options) (*Kubelet, error) {
 		opts.PodResourcesSocket = filepath.Join(opts.PluginDir, "pod-resources.sock")
 	}
 	k := &Kubelet{opts: opts, changed: make(chan struct{}, 1),
-		health: map[string]string{}, holders: map[types.UID]map[string][]string{}}
+		health: map[string]string{}, holders: map[types.UID]map[string][]string{}, lost: map[types.UID]bool{}}
 	if err := prepareSocket(opts.PodResourcesSocket); err != nil {
 		return nil, err
 	}

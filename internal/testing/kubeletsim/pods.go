@@ -48,11 +48,22 @@ func (k *Kubelet) Devices(pod *corev1.Pod, container string) []string {
 	return append([]string(nil), k.holders[pod.UID][container]...)
 }
 
+// LoseAllocation models the real kubelet's device accounting dropping a pod it is
+// still setting up (seen under churn with kubelet v1.34): its slots count as free for
+// the next admission while PodResources goes on reporting them as the pod's, so two
+// containers end up recorded on one slot.
+func (k *Kubelet) LoseAllocation(uid types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lost[uid] = true
+}
+
 // Release forgets a pod and frees its slots, as after the pod terminates or is deleted.
 func (k *Kubelet) Release(uid types.UID) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.holders, uid)
+	delete(k.lost, uid)
 	for i, p := range k.pods {
 		if p.UID == uid {
 			k.pods = append(k.pods[:i], k.pods[i+1:]...)
