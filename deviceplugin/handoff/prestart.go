@@ -69,8 +69,12 @@ func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 		all = append(all, ready{pod, rec})
 	}
 	if len(all) > 1 {
+		names := make([]string, len(owners))
+		for i, o := range owners {
+			names[i] = o.String()
+		}
 		klog.InfoS("The kubelet records these slots for several containers; each passes its own checks, preparing all of them",
-			"slots", ids, "containers", owners)
+			"slots", ids, "containers", names)
 	}
 	for _, r := range all {
 		if err := h.store.WriteLimits(r.rec.UID, r.rec.Container, h.cfg.Container.LimitsFile(r.rec)); err != nil {
