@@ -25,25 +25,9 @@ import (
 // the API server evaluates) against a real API server, with the same switches as
 // the dry-run test.
 func TestCLIReadsARealAPIServer(t *testing.T) {
-	kubeconfig := os.Getenv(EnvDryRunKubeconfig)
-	if kubeconfig == "" {
-		apiserver := os.Getenv(EnvKubeAPIServer)
-		if apiserver == "" {
-			t.Skip("SKIPPED: needs a real API server: set " + EnvDryRunKubeconfig + " or " + EnvKubeAPIServer)
-		}
-		kubeconfig = startControlPlane(t, apiserver)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(cfg)
+	kubeconfig, client, ns := realAPIServer(t, "cli-test-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := "cli-test-" + time.Now().Format("150405")
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	inv, _ := api.EncodeInventory(&api.NodeInventory{Version: api.InventoryVersion, Cards: []api.Card{
 		{UUID: "GPU-cli-0", Index: 0, Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, NUMA: 0, Shares: 4, Healthy: true}}})
 	node := "cli-gpu-" + ns
@@ -119,25 +103,9 @@ func TestCLIReadsARealAPIServer(t *testing.T) {
 // view works with a warning, the Node views name what is missing, -A fails, and binding
 // the chart's viewer ClusterRole makes the Node views work.
 func TestCLIForANamespaceReaderAgainstRealRBAC(t *testing.T) {
-	kubeconfig := os.Getenv(EnvDryRunKubeconfig)
-	if kubeconfig == "" {
-		apiserver := os.Getenv(EnvKubeAPIServer)
-		if apiserver == "" {
-			t.Skip("SKIPPED: needs a real API server: set " + EnvDryRunKubeconfig + " or " + EnvKubeAPIServer)
-		}
-		kubeconfig = startControlPlane(t, apiserver)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(cfg)
+	kubeconfig, client, ns := realAPIServer(t, "cli-reader-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := "cli-reader-" + time.Now().Format("150405")
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	user := "reader-" + ns
 	mustCreate := func(err error) {
 		t.Helper()
@@ -145,7 +113,7 @@ func TestCLIForANamespaceReaderAgainstRealRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+	_, err := client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{})
 	mustCreate(err)
 	_, err = client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
@@ -226,4 +194,28 @@ func TestCLIForANamespaceReaderAgainstRealRBAC(t *testing.T) {
 		"--insecure-skip-tls-verify", "-o", "json"}); err != nil || !strings.Contains(out2.String(), "GPU-reader-0") {
 		t.Errorf("tessera pod with --server/--token: %v\n%s%s", err, out2.String(), errOut2.String())
 	}
+}
+
+// realAPIServer is the API server the switches name (an existing cluster's kubeconfig,
+// or etcd + kube-apiserver started here), its admin client and a fresh namespace.
+func realAPIServer(t *testing.T, nsPrefix string) (string, kubernetes.Interface, string) {
+	t.Helper()
+	kubeconfig := os.Getenv(EnvDryRunKubeconfig)
+	if kubeconfig == "" {
+		apiserver := os.Getenv(EnvKubeAPIServer)
+		if apiserver == "" {
+			t.Skip("SKIPPED: needs a real API server: set " + EnvDryRunKubeconfig + " or " + EnvKubeAPIServer)
+		}
+		kubeconfig = startControlPlane(t, apiserver)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ns := nsPrefix + time.Now().Format("150405")
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, client, ns
 }
