@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -80,23 +81,7 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 		t.Fatalf("inventory %+v, %v", inv, err)
 	}
 
-	a := &api.PodAssignment{Node: "node-a", QoS: api.QoSBurstShare, Containers: []api.ContainerAssignment{
-		{Name: "main", Cards: []api.CardAssignment{{UUID: machine.UUID(2), MemoryMiB: 4096, Cores: 25}}}}}
-	enc, err := api.EncodeAssignment(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
-		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
-		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	resps, err := k.Admit(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, resps := admitOnePod(ctx, t, client, k, machine.UUID(2), api.QoSBurstShare, 4096, 25)
 	if got := resps["main"].Response.Envs[api.EnvQoS]; got != string(api.QoSBurstShare) {
 		t.Errorf("QoS env %q", got)
 	}
@@ -237,23 +222,7 @@ func TestTheAgentInCDIModeWritesItsSpecAndNamesTheCardAsACDIDevice(t *testing.T)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	a := &api.PodAssignment{Node: "node-a", QoS: api.QoSFixedShare, Containers: []api.ContainerAssignment{
-		{Name: "main", Cards: []api.CardAssignment{{UUID: machine.UUID(3), MemoryMiB: 2048, Cores: 10}}}}}
-	enc, err := api.EncodeAssignment(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
-		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
-		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	resps, err := k.Admit(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, resps := admitOnePod(ctx, t, client, k, machine.UUID(3), api.QoSFixedShare, 2048, 10)
 	r := resps["main"].Response
 	var got []string
 	for _, d := range r.CdiDevices {
@@ -274,4 +243,29 @@ func TestTheAgentInCDIModeWritesItsSpecAndNamesTheCardAsACDIDevice(t *testing.T)
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// admitOnePod binds pod ns/p with one vGPU container "main" assigned memMiB and cores
+// on card uuid, and has the fake kubelet admit it.
+func admitOnePod(ctx context.Context, t *testing.T, client kubernetes.Interface, k *kubeletsim.Kubelet, uuid string,
+	qos api.QoSClass, memMiB int64, cores int) (*corev1.Pod, map[string]*kubeletsim.Allocation) {
+	t.Helper()
+	a := &api.PodAssignment{Node: "node-a", QoS: qos, Containers: []api.ContainerAssignment{
+		{Name: "main", Cards: []api.CardAssignment{{UUID: uuid, MemoryMiB: memMiB, Cores: cores}}}}}
+	enc, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
+		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resps, err := k.Admit(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, resps
 }
