@@ -32,24 +32,65 @@ type ledger struct {
 	// version counts each node's bookings and releases, so a score computed by the
 	// predicate can be reused by node ordering while the node is unchanged.
 	version map[string]uint64
-	// scores holds the predicate's last score per node, for node ordering.
-	scores map[string]*scoreSlot
-	// refusals holds, per node, the last refusal of a request shape, valid while
-	// the node is unchanged: a full node refuses every waiting task alike.
-	refusals map[string]*refusalSlot
+	// answers holds, per node, what the engine said of each request shape while the
+	// node is unchanged: tasks of one shape (a gang's members, the next job of the
+	// same kind) fit or fail every unchanged node alike, and node ordering reuses the
+	// predicate's score.
+	answers map[string]*answerSlot
 	// evicts holds, per node, the last answer to "would the task fit once these
 	// victims are gone": preempt and reclaim ask it of every node for every task.
 	evicts map[string]*evictSlot
 }
 
-// refusalSlot is one node's last refusal of a request shape, with its message.
-type refusalSlot struct {
+// answerSlot is one node's answers by request shape, all of one node version.
+// Volcano predicates a task on many nodes in parallel, each node once: a slot per
+// node keeps the writers apart.
+type answerSlot struct {
 	mu      sync.Mutex
-	shape   string
 	version uint64
-	ferr    *placement.FitError
-	reason  string
-	kind    string // refusalOf(ferr), for the pending-task metrics
+	byShape map[string]fitAnswer
+}
+
+// maxShapesPerNode bounds a node's remembered answers: past it the slot starts over
+// (a session sees a few dozen shapes; the bound only caps a pathological queue).
+const maxShapesPerNode = 64
+
+// fitAnswer is the engine's answer for one shape: a score, or a refusal with its
+// message and kind (refusalOf, for the pending-task metrics).
+type fitAnswer struct {
+	score  float64
+	ferr   *placement.FitError
+	reason string
+	kind   string
+}
+
+// lookup returns the answer for shape if the slot holds one for version.
+func (s *answerSlot) lookup(shape string, version uint64) (fitAnswer, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version != version {
+		return fitAnswer{}, false
+	}
+	a, ok := s.byShape[shape]
+	return a, ok
+}
+
+// remember keeps an answer computed against the node at version; answers of an
+// older version are dropped.
+func (s *answerSlot) remember(shape string, version uint64, a fitAnswer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if version < s.version {
+		return
+	}
+	if version != s.version || len(s.byShape) >= maxShapesPerNode {
+		clear(s.byShape)
+		s.version = version
+	}
+	if s.byShape == nil {
+		s.byShape = map[string]fitAnswer{}
+	}
+	s.byShape[shape] = a
 }
 
 // evictSlot is one node's last eviction answer, valid while the node is unchanged.
@@ -83,16 +124,6 @@ type evictKey struct {
 	count   int
 }
 
-// scoreSlot is one node's last computed score. Volcano predicates a task on many
-// nodes in parallel, each node once, then orders them: a slot per node keeps the
-// writers apart.
-type scoreSlot struct {
-	mu      sync.Mutex
-	task    vapi.TaskID
-	version uint64
-	score   float64
-}
-
 type booking struct {
 	node       string
 	containers []api.ContainerAssignment
@@ -105,16 +136,14 @@ type booking struct {
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*placement.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
 		booked:  map[vapi.TaskID]*booking{},
-		version: map[string]uint64{}, scores: map[string]*scoreSlot{}, evicts: map[string]*evictSlot{},
-		refusals: map[string]*refusalSlot{}}
+		version: map[string]uint64{}, answers: map[string]*answerSlot{}, evicts: map[string]*evictSlot{}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
 func (l *ledger) addNode(n *placement.Node) {
 	l.nodes[n.Name] = n
-	l.scores[n.Name] = &scoreSlot{}
+	l.answers[n.Name] = &answerSlot{}
 	l.evicts[n.Name] = &evictSlot{}
-	l.refusals[n.Name] = &refusalSlot{}
 }
 
 // markUnusable records a node whose inventory cannot be used, and why; cordoned
@@ -193,34 +222,38 @@ func (l *ledger) eachCard(fn func(node string, c *placement.CardState)) {
 	}
 }
 
-// scoreShape is score for a request whose shape (tasks with equal shapes fit alike)
-// is known: a refusal of the same shape by the unchanged node is answered from
-// memory, with its message and kind (refusalOf).
-func (l *ledger) scoreShape(task vapi.TaskID, node, shape string, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
+// scoreShape runs the engine for a request against a node's current usage, or
+// answers from memory when the node is unchanged since it answered a request of the
+// same shape (tasks with equal shapes fit alike). A refusal comes with its message
+// and kind (refusalOf); why explains a node that has no usable cards.
+func (l *ledger) scoreShape(node, shape string, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
+	a, why := l.answer(node, shape, req)
+	return a.ferr, a.reason, a.kind, why
+}
+
+// answer is scoreShape's answer whole, with the score.
+func (l *ledger) answer(node, shape string, req *placement.Request) (a fitAnswer, why string) {
 	l.mu.RLock()
-	slot, ok := l.refusals[node]
-	version := l.version[node]
-	l.mu.RUnlock()
-	if ok {
-		slot.mu.Lock()
-		hit := slot.ferr != nil && slot.shape == shape && slot.version == version
-		ferr, reason, kind = slot.ferr, slot.reason, slot.kind
-		slot.mu.Unlock()
-		if hit {
-			return ferr, reason, kind, ""
+	defer l.mu.RUnlock()
+	n, ok := l.nodes[node]
+	if !ok {
+		if why, bad := l.unusable[node]; bad {
+			return fitAnswer{}, why
 		}
+		return fitAnswer{}, "node has no vGPU inventory"
 	}
-	ferr, why = l.score(task, node, req)
-	if ferr == nil || why != "" {
-		return ferr, "", "", why
+	// The ledger's write lock bumps a version, so under the read lock the version
+	// read here is the one the engine computes against.
+	slot, version := l.answers[node], l.version[node]
+	if a, ok := slot.lookup(shape, version); ok {
+		return a, ""
 	}
-	reason, kind = refusal(ferr), refusalOf(ferr)
-	if ok {
-		slot.mu.Lock()
-		slot.shape, slot.version, slot.ferr, slot.reason, slot.kind = shape, version, ferr, reason, kind
-		slot.mu.Unlock()
+	a.score, a.ferr = placement.ScorePod(n, req)
+	if a.ferr != nil {
+		a.reason, a.kind = refusal(a.ferr), refusalOf(a.ferr)
 	}
-	return ferr, reason, kind, ""
+	slot.remember(shape, version, a)
+	return a, ""
 }
 
 // evictAnswer returns the node's remembered answer to key, if the node has not
@@ -252,47 +285,11 @@ func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer
 	}
 }
 
-// score runs the engine for a task against a node's current usage and remembers
-// the score for node ordering. why explains a node that has no usable cards.
-func (l *ledger) score(task vapi.TaskID, node string, req *placement.Request) (ferr *placement.FitError, why string) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	n, ok := l.nodes[node]
-	if !ok {
-		if why, bad := l.unusable[node]; bad {
-			return nil, why
-		}
-		return nil, "node has no vGPU inventory"
-	}
-	s, ferr := placement.ScorePod(n, req)
-	if ferr == nil {
-		slot := l.scores[node]
-		slot.mu.Lock()
-		slot.task, slot.version, slot.score = task, l.version[node], s
-		slot.mu.Unlock()
-	}
-	return ferr, ""
-}
-
-// cachedScore returns the node's score for the task, reusing the predicate's when
-// the node has not changed since; ok is false when the task does not fit.
-func (l *ledger) cachedScore(task vapi.TaskID, node string, req *placement.Request) (float64, bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	n, ok := l.nodes[node]
-	if !ok {
-		return 0, false
-	}
-	slot := l.scores[node]
-	slot.mu.Lock()
-	hit := slot.task == task && slot.version == l.version[node]
-	s := slot.score
-	slot.mu.Unlock()
-	if hit {
-		return s, true
-	}
-	s, ferr := placement.ScorePod(n, req)
-	return s, ferr == nil
+// cachedScore returns the node's score for a request of shape, the predicate's
+// when the node has not changed since; ok is false when the request does not fit.
+func (l *ledger) cachedScore(node, shape string, req *placement.Request) (float64, bool) {
+	a, why := l.answer(node, shape, req)
+	return a.score, why == "" && a.ferr == nil
 }
 
 // clone returns a copy of one node's cards to compute on, or nil without inventory.

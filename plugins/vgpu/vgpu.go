@@ -194,8 +194,12 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 		return &taskRequest{err: err}
 	}
 	r.GangSize = p.gangs[task.Job]
-	return &taskRequest{req: r, key: fmt.Sprintf("%+v", *r)}
+	return &taskRequest{req: r, key: shapeKey(r)}
 }
+
+// shapeKey names a request's shape: requests with equal keys fit every node alike.
+// %#v quotes every string, so type lists ["A100 X"] and ["A100", "X"] differ.
+func shapeKey(r *placement.Request) string { return fmt.Sprintf("%#v", *r) }
 
 func init() {
 	// The scheduler process's one Scheduler lives in Volcano's builder registry.

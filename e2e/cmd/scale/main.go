@@ -32,6 +32,7 @@ func main() {
 	stall := flag.Duration("stall", 90*time.Second, "stop waiting when no pod has been bound for this long")
 	timeout := flag.Duration("timeout", 12*time.Minute, "longest wait for the workload of one scheduler")
 	lock := flag.String("lock", "", "file to flock(2) around each scheduler's cluster (the e2e ports are shared)")
+	profile := flag.Duration("profile", 0, "take CPU profiles of this length, back to back, of the live scheduler while it places the workload (cpu-NN.pprof, heap.pprof in each scheduler's directory; 0: none)")
 	out := flag.String("out", "", "directory for the results (default: a new run directory)")
 	report := flag.String("report", "", "only print the table of the results saved in this directory")
 	cache := flag.String("cache", filepath.Join(root, "e2e", ".cache", "bin"), "binary cache directory")
@@ -60,7 +61,7 @@ func main() {
 		modes = append(modes, m)
 	}
 	if err := run(ctx, root, *cache, *out, *lock, modes, scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
-		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Root: root, Progress: os.Stdout}); err != nil {
+		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, Root: root, Progress: os.Stdout}); err != nil {
 		fail(err)
 	}
 }

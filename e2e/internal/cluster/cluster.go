@@ -54,6 +54,8 @@ type Options struct {
 	SchedulerConf string
 	// ControllerArgs are extra vc-controller-manager flags (e.g. its API client's QPS).
 	ControllerArgs []string
+	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-pprof).
+	SchedulerArgs []string
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
 	Progress  io.Writer
@@ -386,6 +388,7 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	}
 	args = append(args, "--kubeconfig="+kubeconfig, "--scheduler-conf="+conf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	args = append(args, c.Opts.SchedulerArgs...)
 	p, err := startProc(c.logDir, "vc-scheduler", prog, args...)
 	if err != nil {
 		return err

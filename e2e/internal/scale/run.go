@@ -39,7 +39,10 @@ type Config struct {
 	PodLife time.Duration
 	// Stall ends the wait when no pod has been bound for this long; Timeout in any case.
 	Stall, Timeout time.Duration
-	Progress       io.Writer
+	// Profile, when set, is the window of each CPU profile taken of the live scheduler
+	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir).
+	Profile  time.Duration
+	Progress io.Writer
 }
 
 // Result is what one scheduler did with the workload.
@@ -89,6 +92,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// Volcano's job controller creates every pod; at its default 50 requests/s and three
 		// workers it, not the scheduler, would set the pace of a thousand-node run.
 		ControllerArgs: []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
+		SchedulerArgs:  schedulerArgs(cfg),
 		Progress:       cfg.Progress})
 	if err != nil {
 		return nil, err
@@ -125,6 +129,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.LoadStart = LoadAverage()
 	var loads []float64
 	fmt.Fprintf(cfg.Progress, "  submitting %d jobs (%d pods), %s\n", len(cfg.Jobs), res.PodsSubmitted, rateText(cfg.Rate))
+	prof := startProfiler(ctx, metricsURL, cfg.RunDir, cfg.Profile)
+	defer prof.cancel()
 	submitted, err := submit(ctx, c, cfg)
 	if err != nil {
 		return nil, err
@@ -147,6 +153,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	cpu1, err := CPUTime(pid)
 	if err != nil {
+		return nil, err
+	}
+	if err := prof.stop(); err != nil {
 		return nil, err
 	}
 	after, err := ScrapeHistogram(metricsURL, sessionMetric)
@@ -173,6 +182,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+func schedulerArgs(cfg Config) []string {
+	if cfg.Profile > 0 {
+		return []string{"--enable-pprof"}
+	}
+	return nil
 }
 
 func rateText(rate float64) string {
