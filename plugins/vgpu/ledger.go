@@ -37,6 +37,9 @@ type ledger struct {
 	// same kind) fit or fail every unchanged node alike, and node ordering reuses the
 	// predicate's score.
 	answers map[string]*answerSlot
+	// shapesPerNode bounds each node's remembered answers (maxShapesPerNode; 0
+	// remembers none, for the benchmark that shows what remembering saves).
+	shapesPerNode int
 	// evicts holds, per node, the last answer to "would the task fit once these
 	// victims are gone": preempt and reclaim ask it of every node for every task.
 	evicts map[string]*evictSlot
@@ -75,15 +78,15 @@ func (s *answerSlot) lookup(shape string, version uint64) (fitAnswer, bool) {
 	return a, ok
 }
 
-// remember keeps an answer computed against the node at version; answers of an
-// older version are dropped.
-func (s *answerSlot) remember(shape string, version uint64, a fitAnswer) {
+// remember keeps an answer computed against the node at version, up to bound
+// answers; answers of an older version are dropped.
+func (s *answerSlot) remember(shape string, version uint64, a fitAnswer, bound int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if version < s.version {
+	if version < s.version || bound <= 0 {
 		return
 	}
-	if version != s.version || len(s.byShape) >= maxShapesPerNode {
+	if version != s.version || len(s.byShape) >= bound {
 		clear(s.byShape)
 		s.version = version
 	}
@@ -136,7 +139,8 @@ type booking struct {
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*placement.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
 		booked:  map[vapi.TaskID]*booking{},
-		version: map[string]uint64{}, answers: map[string]*answerSlot{}, evicts: map[string]*evictSlot{}}
+		version: map[string]uint64{}, answers: map[string]*answerSlot{}, shapesPerNode: maxShapesPerNode,
+		evicts: map[string]*evictSlot{}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
@@ -252,7 +256,7 @@ func (l *ledger) answer(node, shape string, req *placement.Request) (a fitAnswer
 	if a.ferr != nil {
 		a.reason, a.kind = refusal(a.ferr), refusalOf(a.ferr)
 	}
-	slot.remember(shape, version, a)
+	slot.remember(shape, version, a, l.shapesPerNode)
 	return a, ""
 }
 

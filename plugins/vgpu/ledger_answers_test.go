@@ -54,7 +54,7 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
 	key := shapeKey(req)
-	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 42})
+	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 42}, maxShapesPerNode)
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s != 42 {
 		t.Fatalf("remembered answer not used: score %v ok %v", s, ok)
 	}
@@ -63,7 +63,7 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 		t.Fatalf("answer of an older node version reused: score %v ok %v", s, ok)
 	}
 	// An answer computed against an older version never replaces a newer one.
-	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 7})
+	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 7}, maxShapesPerNode)
 	if a, ok := l.answers["gpu-a"].lookup(key, 1); !ok || a.score == 7 {
 		t.Fatalf("older answer kept: %+v %v", a, ok)
 	}
@@ -72,7 +72,7 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 func TestAnswersPerNodeAreBounded(t *testing.T) {
 	var s answerSlot
 	for i := 0; i < 3*maxShapesPerNode; i++ {
-		s.remember(fmt.Sprint("shape-", i), 0, fitAnswer{})
+		s.remember(fmt.Sprint("shape-", i), 0, fitAnswer{}, maxShapesPerNode)
 		if len(s.byShape) > maxShapesPerNode {
 			t.Fatalf("%d shapes remembered, bound %d", len(s.byShape), maxShapesPerNode)
 		}

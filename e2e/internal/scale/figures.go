@@ -121,6 +121,22 @@ func Shares(total fairshare.Amount, demand, held map[string]fairshare.Amount) []
 	return out
 }
 
+// QueueGap is how far the queues' shares are from weighted max-min: the largest
+// difference between a queue's held and fair card cores, in percentage points of the
+// cluster's card cores (total); and how many times the cards the queues asked for
+// (above 1 the queues contend, and the weights decide).
+func QueueGap(qs []QueueShare, total float64) (gapPoints, contention float64) {
+	if total <= 0 {
+		return 0, 0
+	}
+	var demand float64
+	for _, q := range qs {
+		gapPoints = max(gapPoints, math.Abs(q.Held-q.Fair)/total*100)
+		demand += q.Demand
+	}
+	return gapPoints, demand / total
+}
+
 // Demand sums the card cores and memory the jobs' pods ask for, per queue.
 func Demand(jobs []JobSpec) map[string]fairshare.Amount {
 	out := map[string]fairshare.Amount{}

@@ -81,6 +81,9 @@ type Result struct {
 	StartedAt                time.Time
 }
 
+// CardCores is the cluster's card cores (100 per card).
+func (r *Result) CardCores() float64 { return float64(r.Nodes*CardsPerNode) * 100 }
+
 // Run brings up a cluster, runs the workload through one scheduler and returns the
 // figures. The cluster is stopped on return.
 func Run(ctx context.Context, cfg Config) (*Result, error) {

@@ -229,3 +229,14 @@ func TestCPUTimeAndMemoryOfThisProcess(t *testing.T) {
 }
 
 func selfPID() int { return os.Getpid() }
+
+func TestQueueGapIsInPointsOfTheCluster(t *testing.T) {
+	qs := []QueueShare{{Demand: 600, Held: 150, Fair: 200}, {Demand: 600, Held: 420, Fair: 400}, {Demand: 600, Held: 600, Fair: 600}}
+	gap, contention := QueueGap(qs, 1200)
+	if math.Abs(gap-50.0/12) > 1e-9 || contention != 1.5 {
+		t.Fatalf("gap %.3f pp, contention %.2f; want %.3f pp, 1.50", gap, contention, 50.0/12)
+	}
+	if gap, contention := QueueGap(nil, 0); gap != 0 || contention != 0 {
+		t.Fatalf("empty cluster: %v %v", gap, contention)
+	}
+}

@@ -78,6 +78,10 @@ func WriteTable(w io.Writer, rs []*Result) {
 		}
 		return strings.Join(parts, ", ")
 	}))
+	col("Largest queue gap to max-min (demand ÷ cards)", gpu(func(r *Result) string {
+		gap, contention := QueueGap(r.Queues, r.CardCores())
+		return fmt.Sprintf("%.1f pp (%.2f×)", gap, contention)
+	}))
 	col("Scheduler CPU (submit → end)", func(r *Result) string { return fmt.Sprintf("%.1f s", r.SchedulerCPU) })
 	col("Scheduler RSS at end / peak", func(r *Result) string { return fmt.Sprintf("%.0f / %.0f MiB", r.RSSMiB, r.PeakRSSMiB) })
 	col("Sessions: count, p50 / p90 / p99, mean", func(r *Result) string {
@@ -124,6 +128,13 @@ func WriteTargets(w io.Writer, rs []*Result) {
 	if t.LowerBound > 0 {
 		r := float64(t.CardsInUse) / float64(t.LowerBound)
 		fmt.Fprintf(w, "- Cards in use ≤ 1.05× the lower bound: %.3f× — %s\n", r, yes(r <= 1.05))
+	}
+	for _, m := range []Mode{DeviceShare, Tessera} {
+		if r := by[m]; r != nil && len(r.Queues) > 0 {
+			gap, contention := QueueGap(r.Queues, r.CardCores())
+			fmt.Fprintf(w, "- %s: queue shares %.1f pp of the cards' cores from weighted max-min at most (the queues asked for %.2f× the cards%s)\n",
+				m, gap, contention, map[bool]string{true: ": contended", false: ": max-min is every queue's demand"}[contention > 1])
+		}
 	}
 	fmt.Fprintf(w, "- 0 over-committed cards: %d — %s\n", len(t.Overcommitted), yes(len(t.Overcommitted) == 0))
 	fmt.Fprintf(w, "- Scheduler RSS with %d vGPU pods bound: %.0f MiB (peak %.0f MiB)\n", t.VGPUPodsBound, t.RSSMiB, t.PeakRSSMiB)
