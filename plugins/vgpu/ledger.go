@@ -51,7 +51,7 @@ type ledger struct {
 type answerSlot struct {
 	mu      sync.Mutex
 	version uint64
-	byShape map[string]fitAnswer
+	byShape map[shapeID]fitAnswer
 }
 
 // maxShapesPerNode bounds a node's remembered answers: past it the slot starts over
@@ -68,7 +68,7 @@ type fitAnswer struct {
 }
 
 // lookup returns the answer for shape if the slot holds one for version.
-func (s *answerSlot) lookup(shape string, version uint64) (fitAnswer, bool) {
+func (s *answerSlot) lookup(shape shapeID, version uint64) (fitAnswer, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.version != version {
@@ -80,7 +80,7 @@ func (s *answerSlot) lookup(shape string, version uint64) (fitAnswer, bool) {
 
 // remember keeps an answer computed against the node at version, up to bound
 // answers; answers of an older version are dropped.
-func (s *answerSlot) remember(shape string, version uint64, a fitAnswer, bound int) {
+func (s *answerSlot) remember(shape shapeID, version uint64, a fitAnswer, bound int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if version < s.version || bound <= 0 {
@@ -91,7 +91,7 @@ func (s *answerSlot) remember(shape string, version uint64, a fitAnswer, bound i
 		s.version = version
 	}
 	if s.byShape == nil {
-		s.byShape = map[string]fitAnswer{}
+		s.byShape = map[shapeID]fitAnswer{}
 	}
 	s.byShape[shape] = a
 }
@@ -230,13 +230,13 @@ func (l *ledger) eachCard(fn func(node string, c *placement.CardState)) {
 // answers from memory when the node is unchanged since it answered a request of the
 // same shape (tasks with equal shapes fit alike). A refusal comes with its message
 // and kind (refusalOf); why explains a node that has no usable cards.
-func (l *ledger) scoreShape(node, shape string, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
+func (l *ledger) scoreShape(node string, shape shapeID, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
 	a, why := l.answer(node, shape, req)
 	return a.ferr, a.reason, a.kind, why
 }
 
 // answer is scoreShape's answer whole, with the score.
-func (l *ledger) answer(node, shape string, req *placement.Request) (a fitAnswer, why string) {
+func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a fitAnswer, why string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	n, ok := l.nodes[node]
@@ -291,7 +291,7 @@ func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer
 
 // cachedScore returns the node's score for a request of shape, the predicate's
 // when the node has not changed since; ok is false when the request does not fit.
-func (l *ledger) cachedScore(node, shape string, req *placement.Request) (float64, bool) {
+func (l *ledger) cachedScore(node string, shape shapeID, req *placement.Request) (float64, bool) {
 	a, why := l.answer(node, shape, req)
 	return a.score, why == "" && a.ferr == nil
 }

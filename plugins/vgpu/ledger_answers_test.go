@@ -22,7 +22,7 @@ func TestAnswersFollowEveryBookingAndRelease(t *testing.T) {
 	l := newLedger()
 	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
-	key := shapeKey(req)
+	key := new(shapeIDs).of(shapeKey(req))
 	fits := func(step string, want bool) {
 		t.Helper()
 		for i := 0; i < 2; i++ { // the second call is answered from memory
@@ -53,7 +53,7 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 	l := newLedger()
 	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
-	key := shapeKey(req)
+	key := new(shapeIDs).of(shapeKey(req))
 	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 42}, maxShapesPerNode)
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s != 42 {
 		t.Fatalf("remembered answer not used: score %v ok %v", s, ok)
@@ -72,7 +72,7 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 func TestAnswersPerNodeAreBounded(t *testing.T) {
 	var s answerSlot
 	for i := 0; i < 3*maxShapesPerNode; i++ {
-		s.remember(fmt.Sprint("shape-", i), 0, fitAnswer{}, maxShapesPerNode)
+		s.remember(shapeID(i), 0, fitAnswer{}, maxShapesPerNode)
 		if len(s.byShape) > maxShapesPerNode {
 			t.Fatalf("%d shapes remembered, bound %d", len(s.byShape), maxShapesPerNode)
 		}
@@ -104,7 +104,7 @@ func TestAnswersUnderConcurrentPredicates(t *testing.T) {
 		l.addNode(reasonTestNode(fmt.Sprint("gpu-", i), "A100", 2, -1))
 	}
 	req := wholeCard()
-	key := shapeKey(req)
+	key := new(shapeIDs).of(shapeKey(req))
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -125,4 +125,12 @@ func TestAnswersUnderConcurrentPredicates(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+func TestShapeIDsNumberEachKeyOnce(t *testing.T) {
+	var ids shapeIDs
+	a, b := ids.of("a"), ids.of("b")
+	if a == b || ids.of("a") != a || ids.of("b") != b {
+		t.Fatalf("ids: a=%d b=%d, again a=%d b=%d", a, b, ids.of("a"), ids.of("b"))
+	}
 }

@@ -37,11 +37,12 @@ func BenchmarkGangPredicates(b *testing.B) {
 				for n := 0; n < 1000; n++ {
 					l.addNode(reasonTestNode(fmt.Sprintf("node-%04d", n), "A100", 8, -1))
 				}
+				var ids shapeIDs
 				b.StartTimer()
 				for job := 0; job < 8; job++ {
 					req := &placement.Request{Containers: []api.ContainerRequest{shapes[job%len(shapes)]},
 						CardPolicy: api.PolicyBinpack, NodePolicy: api.PolicyBinpack, GangSize: 8}
-					key := shapeKey(req)
+					key := ids.of(shapeKey(req))
 					for member := 0; member < 8; member++ {
 						best, bestScore := "", -1.0
 						for n := 0; n < 1000; n++ {

@@ -204,7 +204,7 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
 	defer p.metrics.timed("predicate", time.Now())
-	ferr, reason, kind, why := p.ledger.scoreShape(node.Name, tr.key, tr.req)
+	ferr, reason, kind, why := p.ledger.scoreShape(node.Name, tr.shape, tr.req)
 	switch {
 	case why != "":
 		tr.refused.add(pendingNoInventory)
@@ -236,7 +236,7 @@ func (p *vgpuPlugin) nodeOrder(task *vapi.TaskInfo, node *vapi.NodeInfo) (float6
 		return 0, nil
 	}
 	defer p.metrics.timed("node_order", time.Now())
-	s, ok := p.ledger.cachedScore(node.Name, tr.key, tr.req)
+	s, ok := p.ledger.cachedScore(node.Name, tr.shape, tr.req)
 	if !ok {
 		return 0, nil
 	}

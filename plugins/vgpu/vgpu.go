@@ -52,6 +52,8 @@ type vgpuPlugin struct {
 	// gangsRefused holds the jobs whose gang the plugin kept back this session (not
 	// enqueueable, or never able to run), for the pending metric.
 	gangsRefused sync.Map
+	// shapes numbers the session's request shapes.
+	shapes shapeIDs
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -61,8 +63,35 @@ type taskRequest struct {
 	err error
 	// refused counts the reasons nodes gave this session, for the pending metric.
 	refused refusals
-	// key names the request's shape: tasks with equal keys fit alike.
-	key string
+	// shape names the request's shape (shapeKey): tasks of one shape fit alike. The
+	// ledger remembers answers under the session's small number for it.
+	shape shapeID
+	key   string
+}
+
+// shapeID is a session's number for one request shape.
+type shapeID uint32
+
+// shapeIDs numbers the request shapes of one session: a task's shape is looked up
+// once, when its request is parsed, and every predicate after that compares numbers.
+type shapeIDs struct {
+	mu  sync.Mutex
+	ids map[string]shapeID
+}
+
+// of returns key's number, giving it the next one the first time.
+func (s *shapeIDs) of(key string) shapeID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.ids[key]
+	if !ok {
+		if s.ids == nil {
+			s.ids = map[string]shapeID{}
+		}
+		id = shapeID(len(s.ids))
+		s.ids[key] = id
+	}
+	return id
 }
 
 // Scheduler owns what outlives a session in one scheduler process: the card
@@ -194,7 +223,8 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 		return &taskRequest{err: err}
 	}
 	r.GangSize = p.gangs[task.Job]
-	return &taskRequest{req: r, key: shapeKey(r)}
+	key := shapeKey(r)
+	return &taskRequest{req: r, key: key, shape: p.shapes.of(key)}
 }
 
 // shapeKey names a request's shape: requests with equal keys fit every node alike.
