@@ -138,7 +138,7 @@ func (p *vgpuPlugin) evictionCouldHelp(ssn *framework.Session, task *vapi.TaskIn
 	if count == 0 && !nt.anyReleasing && pipes == 0 {
 		return false
 	}
-	key := evictKey{request: tr.key, queue: queue, victims: set, count: count}
+	key := evictKey{request: tr.shape, queue: queue, victims: set, count: count}
 	answer, ok, version := p.ledger.evictAnswer(node.Name, key)
 	if !ok {
 		candidates := make([]*vapi.TaskInfo, 0, count)

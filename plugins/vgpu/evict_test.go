@@ -335,7 +335,7 @@ func TestShippedActionsReclaimForALateQueue(t *testing.T) {
 func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 	l := newLedger()
 	l.addNode(placement.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
-	key := evictKey{request: "one card", victims: 42, count: 2}
+	key := evictKey{request: 1, victims: 42, count: 2}
 	if _, ok, _ := l.evictAnswer("n1", key); ok {
 		t.Fatal("an empty memo answered")
 	}
@@ -345,8 +345,8 @@ func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 		t.Fatalf("the memo forgot its answer: %v, ok %v", answer, ok)
 	}
 	for name, other := range map[string]evictKey{
-		"another request":    {request: "two cards", victims: 42, count: 2},
-		"another victim set": {request: "one card", victims: 7, count: 2},
+		"another request":    {request: 2, victims: 42, count: 2},
+		"another victim set": {request: 1, victims: 7, count: 2},
 	} {
 		if _, ok, _ := l.evictAnswer("n1", other); ok {
 			t.Errorf("the memo answered for %s", name)

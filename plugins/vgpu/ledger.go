@@ -29,8 +29,8 @@ type ledger struct {
 	cordoned map[string]bool
 	// booked are the assignments made in this session, by task.
 	booked map[vapi.TaskID]*booking
-	// version counts each node's bookings and releases, so a score computed by the
-	// predicate can be reused by node ordering while the node is unchanged.
+	// version counts each node's bookings and releases: answers computed against a
+	// node (answers, evicts) hold while its version is unchanged.
 	version map[string]uint64
 	// answers holds, per node, what the engine said of each request shape while the
 	// node is unchanged: tasks of one shape (a gang's members, the next job of the
@@ -120,7 +120,7 @@ const (
 
 // evictKey names a question: a request's shape and the set of victims released.
 type evictKey struct {
-	request string
+	request shapeID
 	// queue is the evicting task's: whether a candidate is reclaimed or preempted.
 	queue   vapi.QueueID
 	victims uint64

@@ -63,10 +63,9 @@ type taskRequest struct {
 	err error
 	// refused counts the reasons nodes gave this session, for the pending metric.
 	refused refusals
-	// shape names the request's shape (shapeKey): tasks of one shape fit alike. The
-	// ledger remembers answers under the session's small number for it.
+	// shape is the session's number for the request's shape (shapeKey): tasks of one
+	// shape fit alike, and the ledger remembers its answers under this number.
 	shape shapeID
-	key   string
 }
 
 // shapeID is a session's number for one request shape.
@@ -223,8 +222,7 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 		return &taskRequest{err: err}
 	}
 	r.GangSize = p.gangs[task.Job]
-	key := shapeKey(r)
-	return &taskRequest{req: r, key: key, shape: p.shapes.of(key)}
+	return &taskRequest{req: r, shape: p.shapes.of(shapeKey(r))}
 }
 
 // shapeKey names a request's shape: requests with equal keys fit every node alike.
