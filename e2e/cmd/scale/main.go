@@ -35,6 +35,8 @@ func main() {
 	profile := flag.Duration("profile", 0, "take CPU profiles of this length, back to back, of the live scheduler while it places the workload (cpu-NN.pprof, heap.pprof in each scheduler's directory; 0: none)")
 	out := flag.String("out", "", "directory for the results (default: a new run directory)")
 	report := flag.String("report", "", "only print the table of the results saved in this directory")
+	var schedFlags flagList
+	flag.Var(&schedFlags, "scheduler-flag", "extra vc-scheduler flag, e.g. -scheduler-flag=--v=4 (repeatable; for diagnosis: verbose logs slow the scheduler)")
 	cache := flag.String("cache", filepath.Join(root, "e2e", ".cache", "bin"), "binary cache directory")
 	flag.Parse()
 	if *report != "" {
@@ -61,10 +63,16 @@ func main() {
 		modes = append(modes, m)
 	}
 	if err := run(ctx, root, *cache, *out, *lock, modes, scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
-		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, Root: root, Progress: os.Stdout}); err != nil {
+		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}); err != nil {
 		fail(err)
 	}
 }
+
+// flagList collects a repeated string flag.
+type flagList []string
+
+func (l *flagList) String() string     { return strings.Join(*l, " ") }
+func (l *flagList) Set(v string) error { *l = append(*l, v); return nil }
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "scale:", err)

@@ -41,8 +41,10 @@ type Config struct {
 	Stall, Timeout time.Duration
 	// Profile, when set, is the window of each CPU profile taken of the live scheduler
 	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir).
-	Profile  time.Duration
-	Progress io.Writer
+	Profile time.Duration
+	// SchedulerFlags are passed to vc-scheduler as they are (a log level to diagnose a run).
+	SchedulerFlags []string
+	Progress       io.Writer
 }
 
 // Result is what one scheduler did with the workload.
@@ -188,10 +190,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 func schedulerArgs(cfg Config) []string {
+	args := append([]string(nil), cfg.SchedulerFlags...)
 	if cfg.Profile > 0 {
-		return []string{"--enable-pprof"}
+		args = append(args, "--enable-pprof")
 	}
-	return nil
+	return args
 }
 
 func rateText(rate float64) string {
