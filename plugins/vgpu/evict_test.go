@@ -135,6 +135,7 @@ func runEvictWith(t *testing.T, tc *uthelper.TestCommonStruct, tiers []conf.Tier
 	t.Cleanup(framework.CleanupPluginBuilders)
 	ssn := framework.OpenSession(sc, tiers, nil)
 	t.Cleanup(func() { framework.CloseSession(ssn) })
+	t.Cleanup(testSched.Close)
 	enableActions(actions)
 	for _, a := range actions {
 		a.Initialize()

@@ -65,6 +65,10 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 		p.refuseGang(job, "vgpu: "+err.Error())
 		return util.Reject
 	}
+	// A VolcanoJob's pods are created only once it is enqueued: judge its members by
+	// their templates until then.
+	u := p.unseen(job)
+	reqs, others = append(reqs, u.vgpu...), others+u.others
 	if len(reqs) == 0 {
 		return util.Abstain
 	}

@@ -39,6 +39,7 @@ func open(t *testing.T, tc *uthelper.TestCommonStruct, ts []conf.Tier) (*framewo
 	tc.Plugins = builders(&p)
 	ssn := tc.RegisterSession(ts, nil)
 	t.Cleanup(tc.Close)
+	t.Cleanup(testSched.Close) // the VolcanoJob watch the session started
 	return ssn, p
 }
 

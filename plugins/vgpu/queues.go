@@ -92,13 +92,12 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *queueShares {
 				if tr == nil || tr.err != nil {
 					continue
 				}
-				qs := s.queue(q, p.args)
-				cost := fairshare.Requested(tr.req.Containers, s.refMiB)
-				qs.request = qs.request.Add(cost)
-				if qs.minAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, qs.minAsk) {
-					qs.minAsk = cost
-				}
+				s.queue(q, p.args).ask(fairshare.Requested(tr.req.Containers, s.refMiB))
 			}
+		}
+		// Members whose pods the job controller has not created yet ask as well.
+		for _, tr := range p.unseen(job).vgpu {
+			s.queue(q, p.args).ask(fairshare.Requested(tr.req.Containers, s.refMiB))
 		}
 	}
 	s.divide()
@@ -133,6 +132,14 @@ func (s *queueShares) queue(q *vapi.QueueInfo, args pluginargs.Args) *queueShare
 	s.order = append(s.order, q.UID)
 	sort.Slice(s.order, func(i, j int) bool { return s.order[i] < s.order[j] })
 	return qs
+}
+
+// ask adds a pending task's cost to the queue's demand.
+func (q *queueShare) ask(cost fairshare.Amount) {
+	q.request = q.request.Add(cost)
+	if q.minAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, q.minAsk) {
+		q.minAsk = cost
+	}
 }
 
 // divide recomputes every queue's deserved share; callers hold mu or own s.

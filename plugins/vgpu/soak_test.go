@@ -127,6 +127,9 @@ type soakWorld struct {
 	preemptors preemptors
 	useless    string
 	stats      *soakStats
+	// beforeClose, when set, sees each session after its actions (the job
+	// controller of the burst soak reads which PodGroups were enqueued).
+	beforeClose func(*framework.Session)
 }
 
 func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
@@ -203,7 +206,10 @@ func (w *soakWorld) addJob(name, queue string) {
 	w.jobs = append(w.jobs, job)
 }
 
-func (w *soakWorld) close() { close(w.stop) }
+func (w *soakWorld) close() {
+	close(w.stop)
+	testSched.Close()
+}
 
 func (w *soakWorld) apiPod(name string) *corev1.Pod {
 	p, err := w.sc.Client().CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
@@ -285,6 +291,9 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 		}
 	}
 	w.preemptors = w.pipelinedOnto(ssn, vp)
+	if w.beforeClose != nil {
+		w.beforeClose(ssn)
+	}
 	framework.CloseSession(ssn)
 
 	var bound, failed []*corev1.Pod

@@ -54,6 +54,10 @@ type vgpuPlugin struct {
 	gangsRefused sync.Map
 	// shapes numbers the session's request shapes.
 	shapes shapeIDs
+	// templates are the VolcanoJobs' task templates; unseenByJob remembers, for the
+	// session, what each job's members not yet created ask for (jobdemand.go).
+	templates   *jobTemplates
+	unseenByJob sync.Map
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -98,10 +102,11 @@ func (s *shapeIDs) of(key string) shapeID {
 // caches and the metrics. Volcano builds a new plugin every session, through the
 // Scheduler's New.
 type Scheduler struct {
-	store   *pendingStore
-	dec     *decoders
-	metrics *metrics
-	args    argsMemo
+	store     *pendingStore
+	dec       *decoders
+	metrics   *metrics
+	templates *jobTemplates
+	args      argsMemo
 }
 
 // decoders read inventories and assignments for one scheduler process, memoised
@@ -122,16 +127,19 @@ func NewSchedulerWithMetrics(reg prometheus.Registerer) *Scheduler {
 }
 
 func newScheduler(reg prometheus.Registerer) *Scheduler {
-	return &Scheduler{store: newPendingStore(), dec: &decoders{}, metrics: newMetrics(reg)}
+	return &Scheduler{store: newPendingStore(), dec: &decoders{}, metrics: newMetrics(reg), templates: newJobTemplates()}
 }
 
 // New builds the plugin for one session; it is a framework.PluginBuilder.
 func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	args := s.args.parse(arguments)
-	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, now: time.Now,
+	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, templates: s.templates, now: time.Now,
 		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: newPipelines()}
 }
+
+// Close stops what the Scheduler watches (tests; vc-scheduler's lives with the process).
+func (s *Scheduler) Close() { s.templates.close() }
 
 // InFlight is how many assignments wait for the informer to show them back.
 func (s *Scheduler) InFlight() int { return s.store.len() }
@@ -145,6 +153,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 			"resources", added)
 	}
 	p.dec.Sweep() // what the last session did not read (pods gone, nodes rewritten) goes
+	p.templates.start(ssn.VCClient())
 	p.ledger = p.buildLedger(ssn)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {
