@@ -408,6 +408,7 @@ func (p *vgpuPlugin) onPipeline(e *framework.Event) {
 		e.Err = fmt.Errorf("%s: task %s will not fit the cards of node %s even once its evicted pods are gone: %w", PluginName,
 			klog.KRef(task.Namespace, task.Name), task.NodeName, ferr)
 		klog.V(3).InfoS("Refusing to pipeline a vGPU task", "err", e.Err)
+		p.metrics.pipelinesRefused.Inc()
 		return
 	}
 	p.pipelined.add(task.UID, pipelinedFit{node: task.NodeName, containers: fit.Containers, qos: tr.req.Options.QoS})

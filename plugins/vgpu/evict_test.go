@@ -3,9 +3,11 @@ package vgpu
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/client-go/tools/record"
@@ -359,5 +361,63 @@ func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 	}
 	if _, ok, _ := l.evictAnswer("n2", key); ok {
 		t.Error("the memo answered for a node it does not know")
+	}
+}
+
+// A task pipelined onto cards that will not take it is refused, and the refusal is
+// counted for operators (tessera_scheduler_vgpu_pipelines_refused_total).
+func TestRefusedPipelineIsCounted(t *testing.T) {
+	tc := preemptScene("high", nil) // n1's one card held whole
+	testSched = NewScheduler()
+	ssn, p := open(t, tc, evictTiers())
+	var task *vapi.TaskInfo
+	for _, job := range ssn.Jobs {
+		for _, tk := range job.TaskStatusIndex[vapi.Pending] {
+			task = tk.Clone()
+		}
+	}
+	if task == nil {
+		t.Fatal("no pending task")
+	}
+	task.NodeName = "n1"
+	e := &framework.Event{Task: task}
+	p.onPipeline(e)
+	if e.Err == nil || !strings.Contains(e.Err.Error(), "will not fit the cards of node n1") {
+		t.Fatalf("pipeline onto a full card: err %v", e.Err)
+	}
+	if n := testutil.ToFloat64(p.metrics.pipelinesRefused); n != 1 {
+		t.Errorf("refused pipelines counted %v, want 1", n)
+	}
+}
+
+// A gang of three whole-card members, and two free cards, one on each node. Beside
+// n1's sits a card held whole, beside n2's a card held by half (pods of a higher
+// priority: nothing may be evicted), so binpack prefers n1. Allocate places two
+// members and rolls the gang back; preempt then pipelines members where their cards
+// fit, evicting nothing. The second member must not be sent to n1 again, whose free
+// card the first was just pipelined onto: Volcano checks only CPU, memory and slots
+// there, and the plugin would refuse the pipeline.
+func TestPreemptSendsNoMemberToACardASessionPipelineTook(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", 2, "NVIDIA A100", 40960), gpuNode("n2", 2, "NVIDIA A100", 40960)},
+		Queues:    queues(),
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pg-g", 3), podGroup("pg-held", 1)},
+	}
+	for _, h := range []struct {
+		node  string
+		cores int64
+	}{{"n1", 100}, {"n2", 50}} {
+		p := holding("held-"+h.node, h.node, "GPU-"+h.node+"-0", h.cores, 1000)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-held"
+		tc.Pods = append(tc.Pods, p)
+	}
+	for i := 0; i < 3; i++ {
+		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("g-%d", i), "pg-g", 1, 20000, 100, nil))
+	}
+	if _, got := runEvict(t, tc, allocate.New(), preempt.New()); len(got) != 0 {
+		t.Fatalf("evicted %v; nothing may be", got)
+	}
+	if n := testutil.ToFloat64(testSched.metrics.pipelinesRefused); n != 0 {
+		t.Errorf("%v pipelines refused on the cards: a member was sent to a card a pipelined member takes", n)
 	}
 }

@@ -22,6 +22,8 @@ type metrics struct {
 	queueMemory, queueCards, pending                 *prometheus.GaugeVec
 	open, placement                                  prometheus.Histogram
 	pluginSeconds                                    *prometheus.CounterVec
+	// pipelinesRefused counts tasks Volcano pipelined onto cards that would not take them.
+	pipelinesRefused prometheus.Counter
 	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
 	// thousands of times a session.
 	hooks map[string]prometheus.Counter
@@ -80,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "tessera", Subsystem: "scheduler", Name: "plugin_seconds_total",
 			Help: "CPU time spent in the vgpu plugin's hooks, summed over parallel workers.",
 		}, []string{"hook"}),
+		pipelinesRefused: f.NewCounter(prometheus.CounterOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_pipelines_refused_total",
+			Help: "vGPU tasks preempt, reclaim or allocate pipelined onto a node whose cards would not take them once its evicted pods are gone (Volcano rolls each back; wasted work).",
+		}),
 	}
 	m.hooks = map[string]prometheus.Counter{}
 	for _, hook := range []string{"predicate", "node_order", "allocate"} {

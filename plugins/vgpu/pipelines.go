@@ -2,6 +2,7 @@ package vgpu
 
 import (
 	"sync"
+	"sync/atomic"
 
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
@@ -16,6 +17,9 @@ type pipelines struct {
 	byNode map[string]map[vapi.TaskID]pipelinedFit
 	// hashes name each node's set of pipelined tasks (XOR of their UID hashes).
 	hashes map[string]uint64
+	// n counts the pipelined tasks: the predicate asks onNode for every node, and
+	// most sessions pipeline nothing.
+	n atomic.Int64
 }
 
 // pipelinedFit is the cards a pipelined task expects once its victims are gone.
@@ -40,6 +44,7 @@ func (ps *pipelines) add(id vapi.TaskID, f pipelinedFit) {
 	}
 	ps.byNode[f.node][id] = f
 	ps.hashes[f.node] ^= uidHash(id)
+	ps.n.Add(1)
 }
 
 func (ps *pipelines) remove(id vapi.TaskID) {
@@ -56,6 +61,17 @@ func (ps *pipelines) removeLocked(id vapi.TaskID) {
 	delete(ps.byTask, id)
 	delete(ps.byNode[f.node], id)
 	ps.hashes[f.node] ^= uidHash(id)
+	ps.n.Add(-1)
+}
+
+// onNode reports whether any task is pipelined onto node.
+func (ps *pipelines) onNode(node string) bool {
+	if ps.n.Load() == 0 {
+		return false
+	}
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	return len(ps.byNode[node]) > 0
 }
 
 // get returns what a pipelined task expects.

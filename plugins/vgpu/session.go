@@ -205,6 +205,14 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 	}
 	defer p.metrics.timed("predicate", time.Now())
 	ferr, reason, kind, why := p.ledger.scoreShape(node.Name, tr.shape, tr.req)
+	if why == "" && ferr == nil && p.pipelined.onNode(node.Name) {
+		// The remembered answer is the node's bookings'; the tasks this session
+		// pipelined there expect cards too, and Volcano, which checks only CPU, memory
+		// and slots, would pipeline this one beside them for the plugin to refuse.
+		if ferr = p.fitBesidePipelines(node.Name, tr.req); ferr != nil {
+			reason, kind = refusal(ferr), refusalOf(ferr)
+		}
+	}
 	switch {
 	case why != "":
 		tr.refused.add(pendingNoInventory)
@@ -223,6 +231,18 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: reason})
 	}
 	return nil
+}
+
+// fitBesidePipelines fits the request on the node's booked cards with the session's
+// pipelined tasks there in place.
+func (p *vgpuPlugin) fitBesidePipelines(node string, req *placement.Request) *placement.FitError {
+	n := p.ledger.clone(node)
+	if n == nil {
+		return nil
+	}
+	p.pipelined.each(node, func(f pipelinedFit) { n.Account(f.containers, f.qos) })
+	_, ferr := placement.FitPod(n, req)
+	return ferr
 }
 
 func unresolvable(task *vapi.TaskInfo, node *vapi.NodeInfo, reason string) error {
