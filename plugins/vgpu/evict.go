@@ -245,12 +245,41 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 	if !ok {
 		return nil, util.Permit
 	}
+	p.evictingOn.Store(evictor.UID, node.Name)
 	set, _ := p.pickVictims(ssn, evictor, tr, node, gangAdmitted(ssn, evictor, candidates))
 	if len(set) == 0 {
 		klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
 			"node", node.Name, "candidates", len(candidates))
 	}
 	return set, util.Permit
+}
+
+// cardsFreedFor is false while Volcano's preempt tries the task on a node whose cards
+// will not take it even once the pods being evicted there are gone. Preempt evicts
+// victims one by one until the session may allocate the task and its CPU, memory and
+// slots fit the node, then pipelines it; asked nothing of cards, it would stop before
+// evicting any (the CPU fits) and pipeline the task onto cards still held, for the
+// plugin to refuse. The node is the one whose victims the plugin was last asked for
+// (victims), forgotten when Volcano starts on the task again.
+func (p *vgpuPlugin) cardsFreedFor(ssn *framework.Session, task *vapi.TaskInfo, tr *taskRequest) bool {
+	v, ok := p.evictingOn.Load(task.UID)
+	if !ok {
+		return true
+	}
+	node, ok := ssn.Nodes[v.(string)]
+	if !ok {
+		return true
+	}
+	future := p.futureNode(node)
+	if future == nil {
+		return false
+	}
+	_, ferr := placement.FitPod(future, tr.req)
+	if ferr != nil {
+		klog.V(4).InfoS("vGPU task waits for evictions to free cards", "task", klog.KRef(task.Namespace, task.Name),
+			"node", node.Name)
+	}
+	return ferr == nil
 }
 
 // gangAdmitted keeps, of the candidates Volcano offers for reclaim, those its gang

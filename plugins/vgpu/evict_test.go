@@ -421,3 +421,37 @@ func TestPreemptSendsNoMemberToACardASessionPipelineTook(t *testing.T) {
 		t.Errorf("%v pipelines refused on the cards: a member was sent to a card a pipelined member takes", n)
 	}
 }
+
+// Inside a queue below its card share, with CPU to spare on the node, a high-priority
+// vGPU task still preempts the low-priority pod whose card it needs. Volcano's preempt
+// stops evicting as soon as the queue may allocate the task and its CPU, memory and
+// slots fit the node; the plugin's Allocatable holds until the node's cards take the
+// task. Here the cluster's other card is an A30 the task may not use, so the queue is
+// below its share; with vgpu.QueueShare off there is no share at all.
+func TestPreemptEvictsForCardsWhileCPUFits(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		share bool
+	}{{"queue below its share", true}, {"no queue shares", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := preemptScene("low", map[string]string{api.AnnotationGPUTypeInclude: "A100"})
+			tc.Nodes = append(tc.Nodes, gpuNode("n2", 1, "NVIDIA A30", 24576))
+			tiers := evictTiers()
+			tiers[0].Plugins[3].Arguments = framework.Arguments{"vgpu.QueueShare": tt.share}
+			ssn, got := runEvictWith(t, tc, tiers, allocate.New(), preempt.New())
+			if len(got) != 1 || got[0] != "ns/holder" {
+				t.Fatalf("evicted %v, want exactly ns/holder", got)
+			}
+			for _, job := range ssn.Jobs {
+				for _, tk := range job.Tasks {
+					if tk.Name == "high" && (tk.Status != vapi.Pipelined || tk.NodeName != "n1") {
+						t.Errorf("high is %s on %q, want pipelined on n1", tk.Status, tk.NodeName)
+					}
+				}
+			}
+			if n := testutil.ToFloat64(testSched.metrics.pipelinesRefused); n != 0 {
+				t.Errorf("%v pipelines refused on the cards", n)
+			}
+		})
+	}
+}

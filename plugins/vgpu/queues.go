@@ -316,11 +316,18 @@ func (s *queueShares) restore(task vapi.TaskID) bool {
 	return true
 }
 
-// allocatable holds a vGPU task to its queue's share. A refusal is written as the
+// allocatable holds a vGPU task to its queue's share, and, while Volcano's preempt
+// tries it on a node, to that node's cards (cardsFreedFor). A refusal is written as the
 // task's fit error, so the pod's condition and the PodGroup's event say why.
 func (p *vgpuPlugin) allocatable(ssn *framework.Session, queue *vapi.QueueInfo, task *vapi.TaskInfo) bool {
 	tr := p.request(task)
 	if tr == nil || tr.err != nil {
+		return true
+	}
+	if !p.cardsFreedFor(ssn, task, tr) {
+		return false
+	}
+	if p.shares == nil {
 		return true
 	}
 	ok, why := p.shares.admit(queue.UID, fairshare.Requested(tr.req.Containers, p.shares.refMiB))

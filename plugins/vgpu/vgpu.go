@@ -58,6 +58,10 @@ type vgpuPlugin struct {
 	// session, what each job's members not yet created ask for (jobdemand.go).
 	templates   *jobTemplates
 	unseenByJob sync.Map
+	// evictingOn is, per task, the node whose victims Volcano last asked the plugin
+	// for while it tries the task there (preempt.go); cleared when Volcano starts on
+	// the task again (its PrePredicate).
+	evictingOn sync.Map
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -175,6 +179,11 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	}
 	ssn.AddReclaimableFn(PluginName, evict)
 	ssn.AddPreemptableFn(PluginName, evict)
+	ssn.AddPrePredicateFn(PluginName, func(task *vapi.TaskInfo) error {
+		p.evictingOn.Delete(task.UID)
+		return nil
+	})
+	ssn.AddAllocatableFn(PluginName, func(q *vapi.QueueInfo, t *vapi.TaskInfo) bool { return p.allocatable(ssn, q, t) })
 	if p.args.QueueShare {
 		// After the cards are booked, so that a queue is charged what its task holds.
 		p.shares = p.buildShares(ssn)
@@ -183,7 +192,6 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 			t, okt := task.(*vapi.TaskInfo)
 			return !okq || !okt || p.preemptive(q, t)
 		})
-		ssn.AddAllocatableFn(PluginName, func(q *vapi.QueueInfo, t *vapi.TaskInfo) bool { return p.allocatable(ssn, q, t) })
 		ssn.AddQueueOrderFn(PluginName, func(l, r interface{}) int {
 			lq, okl := l.(*vapi.QueueInfo)
 			rq, okr := r.(*vapi.QueueInfo)
