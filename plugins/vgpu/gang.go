@@ -83,11 +83,22 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 		why = p.shares.beyondCapability(job.Queue, cost, need)
 	}
 	if why == "" {
+		// jobValid says this of a job whose pods exist; a VolcanoJob has none yet.
+		total, smallest := p.ledger.total()
+		if w := exceeds(reqs, need, total, smallest, "in the whole cluster"); w != "" {
+			why = "the gang can never fit: " + w
+		}
+	}
+	if why == "" {
 		free, smallest := p.ledger.free()
 		why = exceeds(reqs, need, free, smallest, "free in the cluster")
 		if why != "" && p.shares != nil && p.shares.entitled(job.Queue, cost, need) {
 			// The queue is owed the cards: reclaim takes them back from queues above
 			// their share, but only for jobs that are in the queue.
+			why = ""
+		}
+		if why != "" && p.outranks(job) {
+			// Preempt may free cards for it inside its queue, again only once it is in.
 			why = ""
 		}
 	}
@@ -97,6 +108,30 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	p.refuseGang(job, "vgpu: "+why)
 	klog.V(3).InfoS("vGPU job not enqueued", "job", klog.KRef(job.Namespace, job.Name), "reason", why)
 	return util.Reject
+}
+
+// outranks reports whether the job's queue runs vGPU pods of a lower priority than the
+// job (the pod's or its job's), which preempt may evict for it.
+func (p *vgpuPlugin) outranks(job *vapi.JobInfo) bool {
+	p.lowestOnce.Do(func() {
+		p.lowest = map[vapi.QueueID]int32{}
+		if p.ssn == nil {
+			return
+		}
+		for _, j := range p.ssn.Jobs {
+			for _, t := range j.TaskStatusIndex[vapi.Running] {
+				if !t.Preemptable || p.request(t) == nil {
+					continue
+				}
+				prio := min(t.Priority, j.Priority)
+				if low, seen := p.lowest[j.Queue]; !seen || prio < low {
+					p.lowest[j.Queue] = prio
+				}
+			}
+		}
+	})
+	low, ok := p.lowest[job.Queue]
+	return ok && low < job.Priority
 }
 
 // costs are the requests' card costs for the queue shares.

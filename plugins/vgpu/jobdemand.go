@@ -10,10 +10,12 @@ import (
 	"k8s.io/klog/v2"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	"volcano.sh/apis/pkg/apis/scheduling"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	vcclient "volcano.sh/apis/pkg/client/clientset/versioned"
 	vcinformers "volcano.sh/apis/pkg/client/informers/externalversions"
 	batchlisters "volcano.sh/apis/pkg/client/listers/batch/v1alpha1"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/framework"
 )
 
 // The demand of VolcanoJob members whose pods do not exist yet. Volcano's job
@@ -170,4 +172,23 @@ func volcanoJobOwner(refs []metav1.OwnerReference) string {
 		}
 	}
 	return ""
+}
+
+// reportPodless writes, on the PodGroup of each job the plugin kept out of the queue
+// before any of its pods existed, why: Volcano's gang plugin reports only jobs that
+// have pods, and a VolcanoJob has none until it is enqueued.
+func (p *vgpuPlugin) reportPodless(ssn *framework.Session) {
+	p.gangsRefused.Range(func(k, _ any) bool {
+		job, ok := ssn.Jobs[k.(vapi.JobID)]
+		if !ok || len(job.Tasks) > 0 || job.JobFitErrors == "" {
+			return true
+		}
+		cond := &scheduling.PodGroupCondition{Type: scheduling.PodGroupUnschedulableType, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.Now(), TransitionID: string(ssn.UID), Reason: schedulingv1beta1.NotEnoughResourcesReason,
+			Message: job.JobFitErrors}
+		if err := ssn.UpdatePodGroupCondition(job, cond); err != nil {
+			klog.ErrorS(err, "Cannot record why a VolcanoJob is not enqueued", "job", klog.KRef(job.Namespace, job.Name))
+		}
+		return true
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -175,7 +176,56 @@ func TestEnqueueJudgesAVolcanoJobByItsTemplates(t *testing.T) {
 			t.Errorf("job %s: enqueueable %d, want %d", job.Name, got, want[job.Name])
 		}
 	}
-	if _, refused := p.gangsRefused.Load(vapi.JobID("ns/big")); !refused {
-		t.Errorf("job big's refusal is not recorded for its PodGroup")
+	// Volcano's gang plugin reports only jobs with pods: the plugin writes the reason.
+	p.reportPodless(ssn)
+	const wantMsg = "vgpu: the gang can never fit: 245760 MiB of card memory needed by 6 members, 163840 MiB in the whole cluster"
+	for _, job := range ssn.Jobs {
+		var got string
+		for _, c := range job.PodGroup.Status.Conditions {
+			if c.Type == "Unschedulable" && c.Status == corev1.ConditionTrue {
+				got = c.Message
+			}
+		}
+		if job.Name == "big" && got != wantMsg {
+			t.Errorf("job big's PodGroup says %q, want %q", got, wantMsg)
+		}
+		if job.Name != "big" && got != "" {
+			t.Errorf("job %s's PodGroup says %q; it was not refused", job.Name, got)
+		}
+	}
+}
+
+// Every card is held by low-priority pods of the queue. A VolcanoJob of higher priority
+// is enqueued all the same, so that preempt can free cards for its pods once they
+// exist; one of the same priority as the holders stays out until cards are free.
+func TestEnqueueAdmitsAVolcanoJobThatMayPreempt(t *testing.T) {
+	testSched = NewScheduler()
+	high := volcanoJob("high", "q1", 2, 1, 40960, 100)
+	same := volcanoJob("same", "q1", 2, 1, 40960, 100)
+	watchJobs(t, high, same)
+	tc := &uthelper.TestCommonStruct{
+		Nodes:    []*corev1.Node{gpuNode("n1", 4, "NVIDIA A100", 40960)},
+		Queues:   queues(),
+		PriClass: []*schedv1.PriorityClass{vutil.BuildPriorityClass("low", 10), vutil.BuildPriorityClass("high", 1000)},
+	}
+	for _, j := range []*batchv1alpha1.Job{high, same} {
+		pg := jobGroup(j, schedulingv1.PodGroupPending)
+		pg.Spec.PriorityClassName = map[string]string{"high": "high", "same": "low"}[j.Name]
+		tc.PodGroups = append(tc.PodGroups, pg)
+	}
+	tc.PodGroups = append(tc.PodGroups, prioGroup("pg-low", "low"))
+	for i := 0; i < 4; i++ {
+		p := holding(fmt.Sprintf("low-%d", i), "n1", fmt.Sprintf("GPU-n1-%d", i), 100, 10)
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-low"
+		tc.Pods = append(tc.Pods, p)
+	}
+	ssn, p := open(t, tc, evictTiers())
+	want := map[string]int{"high": util.Abstain, "same": util.Reject}
+	for _, job := range ssn.Jobs {
+		if w, ok := want[job.Name]; ok {
+			if got := p.jobEnqueueable(job); got != w {
+				t.Errorf("job %s (priority %d): enqueueable %d, want %d", job.Name, job.Priority, got, w)
+			}
+		}
 	}
 }

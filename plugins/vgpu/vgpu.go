@@ -62,6 +62,10 @@ type vgpuPlugin struct {
 	// for while it tries the task there (preempt.go); cleared when Volcano starts on
 	// the task again (its PrePredicate).
 	evictingOn sync.Map
+	// lowest is, per queue, the lowest priority of its running vGPU pods, read once
+	// per session when enqueue first asks (outranks).
+	lowestOnce sync.Once
+	lowest     map[vapi.QueueID]int32
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -212,6 +216,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 }
 
 func (p *vgpuPlugin) OnSessionClose(ssn *framework.Session) {
+	p.reportPodless(ssn)
 	p.publishMetrics(ssn)
 	_, _, booked := p.ledger.counts()
 	klog.V(3).InfoS("vgpu session closed", "booked", booked)
