@@ -32,27 +32,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	noOvercommit(t)
 	// The fitting gang holds 16 whole cards; 8 remain, the big gang needs 32.
 	submit(t, tooBig)
-	var reason string
-	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		pgs, err := cl.Volcano.SchedulingV1beta1().PodGroups(n).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, pg := range pgs.Items {
-			if !strings.HasPrefix(pg.Name, "too-big") {
-				continue
-			}
-			for _, c := range pg.Status.Conditions {
-				// Until its pods exist the PodGroup carries Volcano's generic "pod group
-				// is not ready"; then the vgpu plugin's reason.
-				if c.Type == "Unschedulable" && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "vgpu: ") {
-					reason = c.Reason + ": " + c.Message
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
+	reason, err := podGroupVGPUReason(n, "too-big", 90*time.Second)
 	if err != nil {
 		t.Fatalf("PodGroup of too-big never reports the vgpu plugin's reason: %v", err)
 	}
@@ -74,4 +54,30 @@ func TestGangAllOrNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// podGroupVGPUReason waits for the PodGroup of the job named job to carry the vgpu
+// plugin's reason in an Unschedulable condition (until its pods exist the PodGroup may
+// carry Volcano's generic "pod group is not ready"), and returns reason and message.
+func podGroupVGPUReason(n, job string, timeout time.Duration) (string, error) {
+	var reason string
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pgs, err := cl.Volcano.SchedulingV1beta1().PodGroups(n).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, pg := range pgs.Items {
+			if !strings.HasPrefix(pg.Name, job+"-") {
+				continue
+			}
+			for _, c := range pg.Status.Conditions {
+				if c.Type == "Unschedulable" && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "vgpu: ") {
+					reason = c.Reason + ": " + c.Message
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	return reason, err
 }

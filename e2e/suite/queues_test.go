@@ -2,13 +2,11 @@ package suite
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
@@ -65,17 +63,26 @@ func TestQueuesShareCardsWithoutOvercommit(t *testing.T) {
 // Under contention for compute, queues of weight 3 and 1 each submit 100 tasks of one
 // card at 10% memory and 25 cores. The 24 cards hold 96 such tasks (2,400 cores),
 // while slots (240), card memory and CPU stay plentiful, so Volcano's proportion
-// plugin alone sees both queues satisfied. The nodes are cordoned while the jobs are
-// submitted, so the scheduler sees both queues' whole demand at once when they
-// return: the first wave must split 1,800:600 cores (72 and 24 tasks), every card
-// within its capacity, and every task must then run to completion.
+// plugin alone sees both queues satisfied. The jobs are submitted while the scheduler
+// is down, so it meets both at once with none of their pods created (Volcano's job
+// controller creates them only once the scheduler has enqueued a job): the plugin must
+// count the members from the jobs' templates, and the first wave must split 1,800:600
+// cores (72 and 24 tasks) although the pods appear over several sessions, every card
+// within its capacity; every task must then run to completion.
 func TestQueuesShareCoresByWeightUnderContention(t *testing.T) {
 	n := ns(t, "contention")
 	defer cleanup(t, n)
 	queue(t, "heavy", 3)
 	queue(t, "light", 1)
-	cordon(t, true)
-	defer cordon(t, false)
+	cl.KillScheduler()
+	started := false
+	defer func() {
+		if !started {
+			if err := cl.StartScheduler(context.Background()); err != nil {
+				t.Errorf("restarting the scheduler: %v", err)
+			}
+		}
+	}()
 	task := workload.Task{Name: "t", Replicas: 100, Containers: []workload.Container{{Name: "main", Cards: 1, MemPct: 10, Cores: 25, SleepSeconds: 20}}}
 	submit(t, workload.Job(n, "heavy", "heavy", 1, task), workload.Job(n, "light", "light", 1, task))
 	listPods := func() ([]corev1.Pod, error) {
@@ -85,14 +92,20 @@ func TestQueuesShareCoresByWeightUnderContention(t *testing.T) {
 		}
 		return l.Items, nil
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		pods, err := listPods()
-		return err == nil && len(pods) == 200, nil
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pgs, err := cl.Volcano.SchedulingV1beta1().PodGroups(n).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pgs.Items) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the jobs' 200 pods were not created: %v", err)
+		t.Fatalf("the jobs' PodGroups were not created: %v", err)
 	}
-	cordon(t, false)
+	if pods, err := listPods(); err != nil || len(pods) != 0 {
+		t.Fatalf("%d pods created before the scheduler enqueued their jobs (%v): the test would not see the template demand", len(pods), err)
+	}
+	started = true
+	if err := cl.StartScheduler(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	perQueue := func(pods []corev1.Pod) map[string]int {
 		out := map[string]int{}
@@ -123,17 +136,6 @@ func TestQueuesShareCoresByWeightUnderContention(t *testing.T) {
 	for _, job := range []string{"heavy", "light"} {
 		if _, err := workload.WaitPods(context.Background(), cl.Client, n, job, 4*time.Minute, workload.AllPhase(100, corev1.PodSucceeded)); err != nil {
 			t.Errorf("job %s: %v", job, err)
-		}
-	}
-}
-
-// cordon marks every GPU node unschedulable, or schedulable again.
-func cordon(t *testing.T, on bool) {
-	t.Helper()
-	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on))
-	for _, node := range nodes {
-		if _, err := cl.Client.CoreV1().Nodes().Patch(context.Background(), node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatalf("cordon %s=%t: %v", node.Name, on, err)
 		}
 	}
 }

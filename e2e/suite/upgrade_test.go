@@ -319,9 +319,14 @@ func TestUpgradeFromThePreviousChartKeepsRunningPodsCards(t *testing.T) {
 	extra := workload.Job(n, "extra", "default", 1, workload.Task{Name: "t", Replicas: 1,
 		Containers: []workload.Container{{Name: "main", Cards: 1, MemPct: 5, Cores: 10}}})
 	submit(t, extra)
-	time.Sleep(15 * time.Second)
-	if pods, _ := workload.Pods(ctx, cl.Client, n, extra.Name); len(pods) != 1 || pods[0].Spec.NodeName != "" {
-		t.Errorf("one more pod on a cluster whose cores are all taken: %s, want it pending", workload.Summary(pods))
+	// The upgraded scheduler keeps it out of the queue, and says why on its PodGroup.
+	if reason, err := podGroupVGPUReason(n, extra.Name, 30*time.Second); err != nil {
+		t.Errorf("one more job on a cluster whose cores are all taken: its PodGroup never says why it waits: %v", err)
+	} else {
+		t.Logf("one more job on a full cluster: %s", reason)
+	}
+	if pods, _ := workload.Pods(ctx, cl.Client, n, extra.Name); len(pods) > 1 || len(pods) == 1 && pods[0].Spec.NodeName != "" {
+		t.Errorf("one more job on a cluster whose cores are all taken: %s, want no pod bound", workload.Summary(pods))
 	}
 	for _, b := range diffStates(before, snapshot(t, runningPods(t, n))) {
 		t.Error(b)

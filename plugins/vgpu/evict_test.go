@@ -355,7 +355,7 @@ func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
 			t.Errorf("the memo answered for %s", name)
 		}
 	}
-	l.version["n1"]++
+	l.entries["n1"].version++
 	if _, ok, _ := l.evictAnswer("n1", key); ok {
 		t.Error("the memo answered after the node's bookings changed")
 	}

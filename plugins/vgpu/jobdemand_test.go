@@ -195,6 +195,29 @@ func TestEnqueueJudgesAVolcanoJobByItsTemplates(t *testing.T) {
 	}
 }
 
+// Every node is cordoned (drained for maintenance). A gang that fits the cluster's
+// cards waits for them to be free; it is not told it can never fit, as it was when
+// cordoned nodes' cards did not count as the cluster's.
+func TestEnqueueOnACordonedClusterWaitsForCards(t *testing.T) {
+	testSched = NewScheduler()
+	gang := volcanoJob("gang", "q1", 2, 1, 4096, 25)
+	watchJobs(t, gang)
+	node := gpuNode("n1", 4, "NVIDIA A100", 40960)
+	node.Spec.Unschedulable = true
+	tc := &uthelper.TestCommonStruct{Nodes: []*corev1.Node{node}, Queues: queues(),
+		PodGroups: []*schedulingv1.PodGroup{jobGroup(gang, schedulingv1.PodGroupPending)}}
+	ssn, p := open(t, tc, tiers(true, nil))
+	for _, job := range ssn.Jobs {
+		if got := p.jobEnqueueable(job); got != util.Reject {
+			t.Fatalf("enqueueable %d on a cluster whose every card is cordoned, want %d", got, util.Reject)
+		}
+		const want = "vgpu: 2 card shares needed by 2 members, 0 free in the cluster"
+		if job.JobFitErrors != want {
+			t.Errorf("refused with %q, want %q", job.JobFitErrors, want)
+		}
+	}
+}
+
 // Every card is held by low-priority pods of the queue. A VolcanoJob of higher priority
 // is enqueued all the same, so that preempt can free cards for its pods once they
 // exist; one of the same priority as the holders stays out until cards are free.

@@ -29,20 +29,28 @@ type ledger struct {
 	cordoned map[string]bool
 	// booked are the assignments made in this session, by task.
 	booked map[vapi.TaskID]*booking
-	// version counts each node's bookings and releases: answers computed against a
-	// node (answers, evicts) hold while its version is unchanged.
-	version map[string]uint64
-	// answers holds, per node, what the engine said of each request shape while the
-	// node is unchanged: tasks of one shape (a gang's members, the next job of the
-	// same kind) fit or fail every unchanged node alike, and node ordering reuses the
-	// predicate's score.
-	answers map[string]*answerSlot
+	// entries holds what the ledger keeps per node beside its cards, found with one
+	// lookup on the predicate's hot path.
+	entries map[string]*nodeEntry
 	// shapesPerNode bounds each node's remembered answers (maxShapesPerNode; 0
 	// remembers none, for the benchmark that shows what remembering saves).
 	shapesPerNode int
-	// evicts holds, per node, the last answer to "would the task fit once these
-	// victims are gone": preempt and reclaim ask it of every node for every task.
-	evicts map[string]*evictSlot
+}
+
+// nodeEntry is one node's cards and what is remembered against them.
+type nodeEntry struct {
+	node *placement.Node
+	// version counts the node's bookings and releases (under the ledger's lock):
+	// answers computed against the node hold while it is unchanged.
+	version uint64
+	// answers holds what the engine said of each request shape while the node is
+	// unchanged: tasks of one shape (a gang's members, the next job of the same
+	// kind) fit or fail every unchanged node alike, and node ordering reuses the
+	// predicate's score.
+	answers answerSlot
+	// evicts holds the last answer to "would the task fit once these victims are
+	// gone": preempt and reclaim ask it of every node for every task.
+	evicts evictSlot
 }
 
 // answerSlot is one node's answers by request shape, all of one node version.
@@ -138,16 +146,13 @@ type booking struct {
 
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*placement.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
-		booked:  map[vapi.TaskID]*booking{},
-		version: map[string]uint64{}, answers: map[string]*answerSlot{}, shapesPerNode: maxShapesPerNode,
-		evicts: map[string]*evictSlot{}}
+		booked: map[vapi.TaskID]*booking{}, entries: map[string]*nodeEntry{}, shapesPerNode: maxShapesPerNode}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
 func (l *ledger) addNode(n *placement.Node) {
 	l.nodes[n.Name] = n
-	l.answers[n.Name] = &answerSlot{}
-	l.evicts[n.Name] = &evictSlot{}
+	l.entries[n.Name] = &nodeEntry{node: n}
 }
 
 // markUnusable records a node whose inventory cannot be used, and why; cordoned
@@ -180,7 +185,7 @@ func (l *ledger) book(task vapi.TaskID, node string, req *placement.Request, ori
 	if err := n.Reserve(fit.Containers, req.Options.QoS); err != nil {
 		return nil, fmt.Errorf("reserving cards on node %s: %w", node, err)
 	}
-	l.version[node]++
+	l.entries[node].version++
 	l.booked[task] = &booking{node: node, containers: fit.Containers, qos: req.Options.QoS, original: original}
 	return fit.Containers, nil
 }
@@ -194,9 +199,9 @@ func (l *ledger) release(task vapi.TaskID) (*booking, bool) {
 	if !ok {
 		return nil, false
 	}
-	l.version[b.node]++
-	if n, ok := l.nodes[b.node]; ok {
-		for _, err := range n.Release(b.containers, b.qos) {
+	if e, ok := l.entries[b.node]; ok {
+		e.version++
+		for _, err := range e.node.Release(b.containers, b.qos) {
 			klog.ErrorS(err, "Releasing vGPU cards", "task", task, "node", b.node)
 		}
 	}
@@ -239,7 +244,7 @@ func (l *ledger) scoreShape(node string, shape shapeID, req *placement.Request) 
 func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a fitAnswer, why string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	n, ok := l.nodes[node]
+	e, ok := l.entries[node]
 	if !ok {
 		if why, bad := l.unusable[node]; bad {
 			return fitAnswer{}, why
@@ -248,15 +253,15 @@ func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a f
 	}
 	// The ledger's write lock bumps a version, so under the read lock the version
 	// read here is the one the engine computes against.
-	slot, version := l.answers[node], l.version[node]
-	if a, ok := slot.lookup(shape, version); ok {
+	if a, ok := e.answers.lookup(shape, e.version); ok {
 		return a, ""
 	}
+	n := e.node
 	a.score, a.ferr = placement.ScorePod(n, req)
 	if a.ferr != nil {
 		a.reason, a.kind = refusal(a.ferr), refusalOf(a.ferr)
 	}
-	slot.remember(shape, version, a, l.shapesPerNode)
+	e.answers.remember(shape, e.version, a, l.shapesPerNode)
 	return a, ""
 }
 
@@ -265,11 +270,11 @@ func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a f
 func (l *ledger) evictAnswer(node string, key evictKey) (answer evictAnswer, ok bool, version uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	slot, known := l.evicts[node]
+	e, known := l.entries[node]
 	if !known {
 		return evictCannotHelp, false, 0
 	}
-	version = l.version[node]
+	slot, version := &e.evicts, e.version
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if slot.set && slot.key == key && slot.version == version {
@@ -282,7 +287,8 @@ func (l *ledger) evictAnswer(node string, key evictKey) (answer evictAnswer, ok 
 func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer evictAnswer) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if slot, known := l.evicts[node]; known {
+	if e, known := l.entries[node]; known {
+		slot := &e.evicts
 		slot.mu.Lock()
 		slot.key, slot.version, slot.set, slot.answer = key, version, true, answer
 		slot.mu.Unlock()
@@ -316,22 +322,15 @@ func (l *ledger) usage(node string) []placement.CardState {
 	return nil
 }
 
-// free sums what the cluster's healthy cards have free now; total what they would
-// have with every tenant gone.
-func (l *ledger) free() (demand, int64)  { return l.capacity(true) }
-func (l *ledger) total() (demand, int64) { return l.capacity(false) }
-
-func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
-	l.eachSchedulableCard(func(c *placement.CardState) {
-		if smallestMiB == 0 || c.MemoryMiB < smallestMiB {
-			smallestMiB = c.MemoryMiB
-		}
-		if !free {
-			d.memoryMiB += c.CapacityMiB
-			d.cores += 100
-			d.slots += int64(c.Shares)
-			return
-		}
+// free sums what the healthy cards of nodes that take tasks have free now. total sums
+// what every healthy card would have with every tenant gone, cordoned nodes' too: a
+// cordon is an operator's pause, not a smaller cluster, so a gang is not called one
+// that can never fit while nodes are drained.
+func (l *ledger) free() (demand, int64) {
+	var d demand
+	var smallestMiB int64
+	l.eachHealthyCard(true, func(c *placement.CardState) {
+		smallestMiB = smallerMemory(smallestMiB, c.MemoryMiB)
 		d.memoryMiB += max(0, c.FreeMiB())
 		d.cores += int64(max(0, c.FreeCores()))
 		d.slots += int64(max(0, c.Shares-c.Used.Tenants))
@@ -339,13 +338,36 @@ func (l *ledger) capacity(free bool) (d demand, smallestMiB int64) {
 	return d, smallestMiB
 }
 
+func (l *ledger) total() (demand, int64) {
+	var d demand
+	var smallestMiB int64
+	l.eachHealthyCard(false, func(c *placement.CardState) {
+		smallestMiB = smallerMemory(smallestMiB, c.MemoryMiB)
+		d.memoryMiB += c.CapacityMiB
+		d.cores += 100
+		d.slots += int64(c.Shares)
+	})
+	return d, smallestMiB
+}
+
+func smallerMemory(smallest, mib int64) int64 {
+	if smallest == 0 || mib < smallest {
+		return mib
+	}
+	return smallest
+}
+
 // eachSchedulableCard calls fn for every card that can take vGPU tasks: healthy, not
 // MIG, on a node that is not cordoned.
-func (l *ledger) eachSchedulableCard(fn func(c *placement.CardState)) {
+func (l *ledger) eachSchedulableCard(fn func(c *placement.CardState)) { l.eachHealthyCard(true, fn) }
+
+// eachHealthyCard calls fn for every healthy card that is not MIG; withoutCordoned leaves
+// out the cards of cordoned nodes.
+func (l *ledger) eachHealthyCard(withoutCordoned bool, fn func(c *placement.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for _, n := range l.nodes {
-		if l.cordoned[n.Name] {
+		if withoutCordoned && l.cordoned[n.Name] {
 			continue
 		}
 		for i := range n.Cards {

@@ -54,17 +54,17 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
 	key := new(shapeIDs).of(shapeKey(req))
-	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 42}, maxShapesPerNode)
+	l.entries["gpu-a"].answers.remember(key, 0, fitAnswer{score: 42}, maxShapesPerNode)
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s != 42 {
 		t.Fatalf("remembered answer not used: score %v ok %v", s, ok)
 	}
-	l.version["gpu-a"]++
+	l.entries["gpu-a"].version++
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s == 42 {
 		t.Fatalf("answer of an older node version reused: score %v ok %v", s, ok)
 	}
 	// An answer computed against an older version never replaces a newer one.
-	l.answers["gpu-a"].remember(key, 0, fitAnswer{score: 7}, maxShapesPerNode)
-	if a, ok := l.answers["gpu-a"].lookup(key, 1); !ok || a.score == 7 {
+	l.entries["gpu-a"].answers.remember(key, 0, fitAnswer{score: 7}, maxShapesPerNode)
+	if a, ok := l.entries["gpu-a"].answers.lookup(key, 1); !ok || a.score == 7 {
 		t.Fatalf("older answer kept: %+v %v", a, ok)
 	}
 }

@@ -45,11 +45,12 @@ func buildNodeTasks(node *vapi.NodeInfo, jobs map[vapi.JobID]*vapi.JobInfo, epoc
 // nodeTasks returns the node's vGPU tasks, built again only when the node changed.
 func (l *ledger) nodeTasks(node *vapi.NodeInfo, jobs map[vapi.JobID]*vapi.JobInfo, isVGPU func(*vapi.TaskInfo) bool) *nodeTasks {
 	l.mu.RLock()
-	slot, ok := l.evicts[node.Name]
+	e, ok := l.entries[node.Name]
 	l.mu.RUnlock()
 	if !ok {
 		return buildNodeTasks(node, jobs, 0, isVGPU)
 	}
+	slot := &e.evicts
 	epoch := slot.epoch.Load()
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
@@ -63,9 +64,9 @@ func (l *ledger) nodeTasks(node *vapi.NodeInfo, jobs map[vapi.JobID]*vapi.JobInf
 // touch records that a vGPU task on the node changed state in this session.
 func (l *ledger) touch(node string) {
 	l.mu.RLock()
-	slot, ok := l.evicts[node]
+	e, ok := l.entries[node]
 	l.mu.RUnlock()
 	if ok {
-		slot.epoch.Add(1)
+		e.evicts.epoch.Add(1)
 	}
 }
