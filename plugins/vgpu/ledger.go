@@ -32,9 +32,11 @@ type ledger struct {
 	// entries holds what the ledger keeps per node beside its cards, found with one
 	// lookup on the predicate's hot path.
 	entries map[string]*nodeEntry
-	// shapesPerNode bounds each node's remembered answers (maxShapesPerNode; 0
-	// remembers none, for the benchmark that shows what remembering saves).
-	shapesPerNode int
+	// answers holds what the engine said of each request shape on each node while
+	// the node is unchanged: tasks of one shape (a gang's members, the next job of
+	// the same kind) fit or fail every unchanged node alike, and node ordering
+	// reuses the predicate's score.
+	answers answerTable
 }
 
 // nodeEntry is one node's cards and what is remembered against them.
@@ -43,65 +45,15 @@ type nodeEntry struct {
 	// version counts the node's bookings and releases (under the ledger's lock):
 	// answers computed against the node hold while it is unchanged.
 	version uint64
-	// answers holds what the engine said of each request shape while the node is
-	// unchanged: tasks of one shape (a gang's members, the next job of the same
-	// kind) fit or fail every unchanged node alike, and node ordering reuses the
-	// predicate's score.
-	answers answerSlot
+	// index is the node's column in the ledger's answer table (answers.go).
+	index int
+	// answerMu guards the node's cells of the answer table: Volcano predicates a
+	// task on many nodes in parallel, each node once, so a lock per node keeps the
+	// writers apart.
+	answerMu sync.Mutex
 	// evicts holds the last answer to "would the task fit once these victims are
 	// gone": preempt and reclaim ask it of every node for every task.
 	evicts evictSlot
-}
-
-// answerSlot is one node's answers by request shape, all of one node version.
-// Volcano predicates a task on many nodes in parallel, each node once: a slot per
-// node keeps the writers apart.
-type answerSlot struct {
-	mu      sync.Mutex
-	version uint64
-	byShape map[shapeID]fitAnswer
-}
-
-// maxShapesPerNode bounds a node's remembered answers: past it the slot starts over
-// (a session sees a few dozen shapes; the bound only caps a pathological queue).
-const maxShapesPerNode = 64
-
-// fitAnswer is the engine's answer for one shape: a score, or a refusal with its
-// message and kind (refusalOf, for the pending-task metrics).
-type fitAnswer struct {
-	score  float64
-	ferr   *placement.FitError
-	reason string
-	kind   string
-}
-
-// lookup returns the answer for shape if the slot holds one for version.
-func (s *answerSlot) lookup(shape shapeID, version uint64) (fitAnswer, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.version != version {
-		return fitAnswer{}, false
-	}
-	a, ok := s.byShape[shape]
-	return a, ok
-}
-
-// remember keeps an answer computed against the node at version, up to bound
-// answers; answers of an older version are dropped.
-func (s *answerSlot) remember(shape shapeID, version uint64, a fitAnswer, bound int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if version < s.version || bound <= 0 {
-		return
-	}
-	if version != s.version || len(s.byShape) >= bound {
-		clear(s.byShape)
-		s.version = version
-	}
-	if s.byShape == nil {
-		s.byShape = map[shapeID]fitAnswer{}
-	}
-	s.byShape[shape] = a
 }
 
 // evictSlot is one node's last eviction answer, valid while the node is unchanged.
@@ -146,13 +98,14 @@ type booking struct {
 
 func newLedger() *ledger {
 	return &ledger{nodes: map[string]*placement.Node{}, unusable: map[string]string{}, cordoned: map[string]bool{},
-		booked: map[vapi.TaskID]*booking{}, entries: map[string]*nodeEntry{}, shapesPerNode: maxShapesPerNode}
+		booked: map[vapi.TaskID]*booking{}, entries: map[string]*nodeEntry{},
+		answers: answerTable{bound: maxRememberedShapes}}
 }
 
 // addNode registers a node's cards; only while the ledger is being built.
 func (l *ledger) addNode(n *placement.Node) {
 	l.nodes[n.Name] = n
-	l.entries[n.Name] = &nodeEntry{node: n}
+	l.entries[n.Name] = &nodeEntry{node: n, index: l.answers.addColumn()}
 }
 
 // markUnusable records a node whose inventory cannot be used, and why; cordoned
@@ -237,7 +190,10 @@ func (l *ledger) eachCard(fn func(node string, c *placement.CardState)) {
 // and kind (refusalOf); why explains a node that has no usable cards.
 func (l *ledger) scoreShape(node string, shape shapeID, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
 	a, why := l.answer(node, shape, req)
-	return a.ferr, a.reason, a.kind, why
+	if a.refused == nil {
+		return nil, "", "", why
+	}
+	return a.refused.ferr, a.refused.reason, a.refused.kind, why
 }
 
 // answer is scoreShape's answer whole, with the score.
@@ -253,15 +209,16 @@ func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a f
 	}
 	// The ledger's write lock bumps a version, so under the read lock the version
 	// read here is the one the engine computes against.
-	if a, ok := e.answers.lookup(shape, e.version); ok {
+	if a, ok := l.answers.lookup(e, shape); ok {
 		return a, ""
 	}
 	n := e.node
-	a.score, a.ferr = placement.ScorePod(n, req)
-	if a.ferr != nil {
-		a.reason, a.kind = refusal(a.ferr), refusalOf(a.ferr)
+	score, ferr := placement.ScorePod(n, req)
+	a = fitAnswer{score: score}
+	if ferr != nil {
+		a.refused = &refusalNote{ferr: ferr, reason: refusal(ferr), kind: refusalOf(ferr)}
 	}
-	e.answers.remember(shape, e.version, a, l.shapesPerNode)
+	l.answers.remember(e, shape, a)
 	return a, ""
 }
 
@@ -299,7 +256,7 @@ func (l *ledger) rememberEvict(node string, key evictKey, version uint64, answer
 // when the node has not changed since; ok is false when the request does not fit.
 func (l *ledger) cachedScore(node string, shape shapeID, req *placement.Request) (float64, bool) {
 	a, why := l.answer(node, shape, req)
-	return a.score, why == "" && a.ferr == nil
+	return a.score, why == "" && a.refused == nil
 }
 
 // clone returns a copy of one node's cards to compute on, or nil without inventory.

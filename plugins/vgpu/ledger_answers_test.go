@@ -54,28 +54,42 @@ func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
 	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
 	key := new(shapeIDs).of(shapeKey(req))
-	l.entries["gpu-a"].answers.remember(key, 0, fitAnswer{score: 42}, maxShapesPerNode)
+	e := l.entries["gpu-a"]
+	l.answers.remember(e, key, fitAnswer{score: 42})
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s != 42 {
 		t.Fatalf("remembered answer not used: score %v ok %v", s, ok)
 	}
-	l.entries["gpu-a"].version++
+	e.version++
 	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s == 42 {
 		t.Fatalf("answer of an older node version reused: score %v ok %v", s, ok)
 	}
 	// An answer computed against an older version never replaces a newer one.
-	l.entries["gpu-a"].answers.remember(key, 0, fitAnswer{score: 7}, maxShapesPerNode)
-	if a, ok := l.entries["gpu-a"].answers.lookup(key, 1); !ok || a.score == 7 {
+	e.version--
+	l.answers.remember(e, key, fitAnswer{score: 7})
+	e.version++
+	if a, ok := l.answers.lookup(e, key); !ok || a.score == 7 {
 		t.Fatalf("older answer kept: %+v %v", a, ok)
 	}
 }
 
-func TestAnswersPerNodeAreBounded(t *testing.T) {
-	var s answerSlot
-	for i := 0; i < 3*maxShapesPerNode; i++ {
-		s.remember(shapeID(i), 0, fitAnswer{}, maxShapesPerNode)
-		if len(s.byShape) > maxShapesPerNode {
-			t.Fatalf("%d shapes remembered, bound %d", len(s.byShape), maxShapesPerNode)
+func TestRememberedShapesAreBounded(t *testing.T) {
+	l := newLedger()
+	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
+	e := l.entries["gpu-a"]
+	for i := 0; i < 3*maxRememberedShapes; i++ {
+		l.answers.remember(e, shapeID(i), fitAnswer{score: 1})
+	}
+	rows := 0
+	for _, r := range *l.answers.rows.Load() {
+		if r != nil {
+			rows++
 		}
+	}
+	if rows != maxRememberedShapes {
+		t.Fatalf("%d shapes remembered, bound %d", rows, maxRememberedShapes)
+	}
+	if _, ok := l.answers.lookup(e, shapeID(maxRememberedShapes)); ok {
+		t.Fatal("a shape past the bound was remembered")
 	}
 }
 

@@ -25,17 +25,21 @@ func BenchmarkGangPredicates(b *testing.B) {
 		{Name: "main", Cards: 1, MemoryPercent: 100, Cores: 100},
 		{Name: "main", Cards: 2, MemoryPercent: 50, Cores: 50},
 	}
+	names := make([]string, 1000)
+	for n := range names {
+		names[n] = fmt.Sprintf("node-%04d", n)
+	}
 	for _, mode := range []struct {
 		name   string
 		shapes int
-	}{{"remembered", maxShapesPerNode}, {"engine-every-call", 0}} {
+	}{{"remembered", maxRememberedShapes}, {"engine-every-call", 0}} {
 		b.Run(mode.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				l := newLedger()
-				l.shapesPerNode = mode.shapes
+				l.answers.bound = mode.shapes
 				for n := 0; n < 1000; n++ {
-					l.addNode(reasonTestNode(fmt.Sprintf("node-%04d", n), "A100", 8, -1))
+					l.addNode(reasonTestNode(names[n], "A100", 8, -1))
 				}
 				var ids shapeIDs
 				b.StartTimer()
@@ -46,7 +50,7 @@ func BenchmarkGangPredicates(b *testing.B) {
 					for member := 0; member < 8; member++ {
 						best, bestScore := "", -1.0
 						for n := 0; n < 1000; n++ {
-							node := fmt.Sprintf("node-%04d", n)
+							node := names[n]
 							if ferr, _, _, _ := l.scoreShape(node, key, req); ferr != nil {
 								continue
 							}

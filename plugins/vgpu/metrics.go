@@ -27,6 +27,27 @@ type metrics struct {
 	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
 	// thousands of times a session.
 	hooks map[string]prometheus.Counter
+	// cards holds each card's four gauges between sessions: resolving them again
+	// every session (a Reset and WithLabelValues per card) allocated about 1 KiB per
+	// card per session, a few GB over a 1,000-node run.
+	cards cardSeries
+}
+
+// cardSeries are the card gauges of the cards the last session saw.
+type cardSeries struct {
+	mu    sync.Mutex
+	epoch uint64
+	byKey map[cardKey]*cardGauges
+}
+
+type cardKey struct {
+	node, uuid string
+	index      int
+}
+
+type cardGauges struct {
+	memory, capacity, cores, tenants prometheus.Gauge
+	epoch                            uint64
 }
 
 // cardLabels are the labels of the scheduler's card metrics: the same card labels
@@ -164,16 +185,10 @@ func (p *vgpuPlugin) refusedGang(job vapi.JobID) bool {
 // publishMetrics records the session's card usage and pending vGPU tasks.
 func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	m := p.metrics
-	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants, m.pending, m.queueMemory, m.queueCards} {
+	for _, v := range []*prometheus.GaugeVec{m.pending, m.queueMemory, m.queueCards} {
 		v.Reset()
 	}
-	p.ledger.eachCard(func(name string, c *placement.CardState) {
-		idx := strconv.Itoa(c.Index)
-		m.cardMemory.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.MemoryMiB) * mib)
-		m.cardCapacity.WithLabelValues(name, idx, c.UUID).Set(float64(c.CapacityMiB) * mib)
-		m.cardCores.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Cores) / 100)
-		m.cardTenants.WithLabelValues(name, idx, c.UUID).Set(float64(c.Used.Tenants))
-	})
+	m.publishCards(p.ledger.eachCard)
 	if p.shares != nil {
 		p.shares.publish(m.queueMemory, m.queueCards)
 	}
@@ -192,5 +207,42 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 			}
 			m.pending.WithLabelValues(reason).Inc()
 		}
+	}
+}
+
+// publishCards sets the gauges of every card each visits, and drops the series of
+// cards no longer seen (a node gone, a card replaced).
+func (m *metrics) publishCards(each func(fn func(node string, c *placement.CardState))) {
+	cs := &m.cards
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.byKey == nil {
+		cs.byKey = map[cardKey]*cardGauges{}
+	}
+	cs.epoch++
+	each(func(node string, c *placement.CardState) {
+		k := cardKey{node: node, uuid: c.UUID, index: c.Index}
+		g := cs.byKey[k]
+		if g == nil {
+			idx := strconv.Itoa(c.Index)
+			g = &cardGauges{memory: m.cardMemory.WithLabelValues(node, idx, c.UUID), capacity: m.cardCapacity.WithLabelValues(node, idx, c.UUID),
+				cores: m.cardCores.WithLabelValues(node, idx, c.UUID), tenants: m.cardTenants.WithLabelValues(node, idx, c.UUID)}
+			cs.byKey[k] = g
+		}
+		g.epoch = cs.epoch
+		g.memory.Set(float64(c.Used.MemoryMiB) * mib)
+		g.capacity.Set(float64(c.CapacityMiB) * mib)
+		g.cores.Set(float64(c.Used.Cores) / 100)
+		g.tenants.Set(float64(c.Used.Tenants))
+	})
+	for k, g := range cs.byKey {
+		if g.epoch == cs.epoch {
+			continue
+		}
+		idx := strconv.Itoa(k.index)
+		for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants} {
+			v.DeleteLabelValues(k.node, idx, k.uuid)
+		}
+		delete(cs.byKey, k)
 	}
 }

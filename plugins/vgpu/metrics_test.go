@@ -14,6 +14,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
@@ -97,5 +98,40 @@ func TestPlacementLatencyIgnoresPodsWithoutACreationTime(t *testing.T) {
 	}
 	if h := latency.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 2 {
 		t.Fatalf("%d samples summing to %v, want the one 2 s wait", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// The card gauges are kept between sessions: a card's values follow its usage, and
+// the series of a card no longer seen (its node gone) is dropped, not left stale.
+func TestCardGaugesFollowTheCardsSessionToSession(t *testing.T) {
+	m := newMetrics(nil)
+	cards := map[string][]placement.CardState{
+		"a": {{Card: api.Card{UUID: "GPU-a-0", Index: 0}, CapacityMiB: 1000, Used: placement.Usage{MemoryMiB: 100, Cores: 10, Tenants: 1}}},
+		"b": {{Card: api.Card{UUID: "GPU-b-0", Index: 0}, CapacityMiB: 1000}, {Card: api.Card{UUID: "GPU-b-1", Index: 1}, CapacityMiB: 1000}},
+	}
+	each := func(fn func(string, *placement.CardState)) {
+		for node, cs := range cards {
+			for i := range cs {
+				fn(node, &cs[i])
+			}
+		}
+	}
+	m.publishCards(each)
+	if n := testutil.CollectAndCount(m.cardMemory); n != 3 {
+		t.Fatalf("%d card memory series, want 3", n)
+	}
+	cards["a"][0].Used = placement.Usage{MemoryMiB: 300, Cores: 50, Tenants: 2}
+	delete(cards, "b")
+	m.publishCards(each)
+	for _, v := range []*prometheus.GaugeVec{m.cardMemory, m.cardCapacity, m.cardCores, m.cardTenants} {
+		if n := testutil.CollectAndCount(v); n != 1 {
+			t.Errorf("%d series after node b left, want 1", n)
+		}
+	}
+	if got := testutil.ToFloat64(m.cardMemory.WithLabelValues("a", "0", "GPU-a-0")); got != 300*mib {
+		t.Errorf("card memory %v, want the second session's 300 MiB", got)
+	}
+	if got := testutil.ToFloat64(m.cardTenants.WithLabelValues("a", "0", "GPU-a-0")); got != 2 {
+		t.Errorf("tenants %v, want 2", got)
 	}
 }

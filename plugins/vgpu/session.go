@@ -17,10 +17,20 @@ import (
 func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 	l := newLedger()
 	now := p.now()
-	for name, ni := range ssn.Nodes {
-		if ni.Node == nil {
+	// Nodes are added in the order Volcano walks them (its node list), so that a
+	// task's predicates read the answer table's row in order.
+	nodes := ssn.NodeList
+	if len(nodes) != len(ssn.Nodes) {
+		nodes = make([]*vapi.NodeInfo, 0, len(ssn.Nodes))
+		for _, ni := range ssn.Nodes {
+			nodes = append(nodes, ni)
+		}
+	}
+	for _, ni := range nodes {
+		if ni == nil || ni.Node == nil {
 			continue
 		}
+		name := ni.Name
 		inv, err := p.dec.NodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
 			l.markUnusable(name, err.Error())
