@@ -138,8 +138,21 @@ func (w *soakWorld) elasticJob(name, queue string, cores []int64) {
 func (w *soakWorld) coresPerQueue() map[string]int {
 	queueOf := map[string]string{}
 	for _, j := range w.jobs {
+		queueOf[j.name] = j.queue
+	}
+	out := map[string]int{}
+	for job, cores := range w.coresPerJob() {
+		out[queueOf[job]] += cores
+	}
+	return out
+}
+
+// coresPerJob sums the card cores assigned to each job's bound pods.
+func (w *soakWorld) coresPerJob() map[string]int {
+	jobOf := map[string]string{}
+	for _, j := range w.jobs {
 		for _, p := range j.pods {
-			queueOf[p] = j.queue
+			jobOf[p] = j.name
 		}
 	}
 	list, err := w.sc.Client().CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
@@ -157,7 +170,7 @@ func (w *soakWorld) coresPerQueue() map[string]int {
 		}
 		for _, c := range a.Containers {
 			for _, card := range c.Cards {
-				out[queueOf[p.Name]] += card.Cores
+				out[jobOf[p.Name]] += card.Cores
 			}
 		}
 	}
