@@ -338,7 +338,11 @@ func (p *vgpuPlugin) allocatable(ssn *framework.Session, queue *vapi.QueueInfo, 
 	if job, found := ssn.Jobs[task.Job]; found {
 		fe := vapi.NewFitErrors()
 		fe.SetError(why)
+		// The predicate asks Allocatable too (evictionCouldHelp), from Volcano's
+		// parallel workers: the job's map is written under the plugin's lock.
+		p.fitErrMu.Lock()
 		job.NodesFitErrors[task.UID] = fe
+		p.fitErrMu.Unlock()
 	}
 	klog.V(3).InfoS("vGPU task held to its queue's share", "task", klog.KRef(task.Namespace, task.Name), "reason", why)
 	return false

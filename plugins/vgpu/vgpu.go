@@ -52,6 +52,9 @@ type vgpuPlugin struct {
 	// gangsRefused holds the jobs whose gang the plugin kept back this session (not
 	// enqueueable, or never able to run), for the pending metric.
 	gangsRefused sync.Map
+	// fitErrMu guards the writes of queue-share refusals into a job's fit errors:
+	// Allocatable is also asked from the predicate, in parallel.
+	fitErrMu sync.Mutex
 	// shapes numbers the session's request shapes.
 	shapes shapeIDs
 	// templates are the VolcanoJobs' task templates; unseenByJob remembers, for the
