@@ -29,6 +29,10 @@ type ledger struct {
 	cordoned map[string]bool
 	// booked are the assignments made in this session, by task.
 	booked map[vapi.TaskID]*booking
+	// changes counts the session's bookings and releases (under mu); sums holds the
+	// cluster's free and total card capacity as of a changes count.
+	changes uint64
+	sums    atomic.Pointer[capacitySums]
 	// entries holds what the ledger keeps per node beside its cards, found with one
 	// lookup on the predicate's hot path.
 	entries map[string]*nodeEntry
@@ -139,6 +143,7 @@ func (l *ledger) book(task vapi.TaskID, node string, req *placement.Request, ori
 		return nil, fmt.Errorf("reserving cards on node %s: %w", node, err)
 	}
 	l.entries[node].version++
+	l.changes++
 	l.booked[task] = &booking{node: node, containers: fit.Containers, qos: req.Options.QoS, original: original}
 	return fit.Containers, nil
 }
@@ -152,6 +157,7 @@ func (l *ledger) release(task vapi.TaskID) (*booking, bool) {
 	if !ok {
 		return nil, false
 	}
+	l.changes++
 	if e, ok := l.entries[b.node]; ok {
 		e.version++
 		for _, err := range e.node.Release(b.containers, b.qos) {
@@ -282,29 +288,46 @@ func (l *ledger) usage(node string) []placement.CardState {
 // free sums what the healthy cards of nodes that take tasks have free now. total sums
 // what every healthy card would have with every tenant gone, cordoned nodes' too: a
 // cordon is an operator's pause, not a smaller cluster, so a gang is not called one
-// that can never fit while nodes are drained.
+// that can never fit while nodes are drained. Enqueue asks both of every job: the
+// sums are kept until the next booking or release.
 func (l *ledger) free() (demand, int64) {
-	var d demand
-	var smallestMiB int64
-	l.eachHealthyCard(true, func(c *placement.CardState) {
-		smallestMiB = smallerMemory(smallestMiB, c.MemoryMiB)
-		d.memoryMiB += max(0, c.FreeMiB())
-		d.cores += int64(max(0, c.FreeCores()))
-		d.slots += int64(max(0, c.Shares-c.Used.Tenants))
-	})
-	return d, smallestMiB
+	c := l.capacity()
+	return c.free, c.freeSmallest
 }
 
 func (l *ledger) total() (demand, int64) {
-	var d demand
-	var smallestMiB int64
-	l.eachHealthyCard(false, func(c *placement.CardState) {
-		smallestMiB = smallerMemory(smallestMiB, c.MemoryMiB)
-		d.memoryMiB += c.CapacityMiB
-		d.cores += 100
-		d.slots += int64(c.Shares)
+	c := l.capacity()
+	return c.total, c.totalSmallest
+}
+
+// capacitySums are free and total as of the ledger's changes count at.
+type capacitySums struct {
+	at                          uint64
+	free, total                 demand
+	freeSmallest, totalSmallest int64
+}
+
+func (l *ledger) capacity() capacitySums {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if c := l.sums.Load(); c != nil && c.at == l.changes {
+		return *c
+	}
+	c := capacitySums{at: l.changes}
+	l.forHealthyCards(false, func(card *placement.CardState) {
+		c.totalSmallest = smallerMemory(c.totalSmallest, card.MemoryMiB)
+		c.total.memoryMiB += card.CapacityMiB
+		c.total.cores += 100
+		c.total.slots += int64(card.Shares)
 	})
-	return d, smallestMiB
+	l.forHealthyCards(true, func(card *placement.CardState) {
+		c.freeSmallest = smallerMemory(c.freeSmallest, card.MemoryMiB)
+		c.free.memoryMiB += max(0, card.FreeMiB())
+		c.free.cores += int64(max(0, card.FreeCores()))
+		c.free.slots += int64(max(0, card.Shares-card.Used.Tenants))
+	})
+	l.sums.Store(&c)
+	return c
 }
 
 func smallerMemory(smallest, mib int64) int64 {
@@ -323,6 +346,11 @@ func (l *ledger) eachSchedulableCard(fn func(c *placement.CardState)) { l.eachHe
 func (l *ledger) eachHealthyCard(withoutCordoned bool, fn func(c *placement.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	l.forHealthyCards(withoutCordoned, fn)
+}
+
+// forHealthyCards is eachHealthyCard for a caller that holds the ledger's lock.
+func (l *ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.CardState)) {
 	for _, n := range l.nodes {
 		if withoutCordoned && l.cordoned[n.Name] {
 			continue

@@ -148,3 +148,31 @@ func TestShapeIDsNumberEachKeyOnce(t *testing.T) {
 		t.Fatalf("ids: a=%d b=%d, again a=%d b=%d", a, b, ids.of("a"), ids.of("b"))
 	}
 }
+
+// The cluster's free capacity is kept between calls (enqueue asks it of every job)
+// and follows each booking and release; the total does not move.
+func TestFreeCapacityFollowsBookingsAndReleases(t *testing.T) {
+	l := newLedger()
+	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
+	total, _ := l.total()
+	check := func(step string, wantCores int64) {
+		t.Helper()
+		for i := 0; i < 2; i++ { // the second call is answered from memory
+			if free, _ := l.free(); free.cores != wantCores {
+				t.Fatalf("%s (call %d): %d%% of card cores free, want %d%%", step, i+1, free.cores, wantCores)
+			}
+		}
+		if now, _ := l.total(); now != total {
+			t.Fatalf("%s: total %+v, was %+v", step, now, total)
+		}
+	}
+	check("empty node", 200)
+	if _, err := l.book("t1", "gpu-a", wholeCard(), nil); err != nil {
+		t.Fatal(err)
+	}
+	check("after a booking", 100)
+	if _, ok := l.release("t1"); !ok {
+		t.Fatal("t1 was not booked")
+	}
+	check("after the release", 200)
+}
