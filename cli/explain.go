@@ -93,7 +93,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		default:
 			fit, ferr := placement.FitPod(st.engine, req)
 			if ferr != nil {
-				f.Reason, f.Resolvable, f.Rejects = "vgpu: "+ferr.Error(), ferr.Resolvable(), ferr.Rejects
+				f.Reason, f.Resolvable, f.Rejects = "vgpu: "+ferr.Error(), ferr.Resolvable(), ferr.Explained()
 			} else {
 				f.Fits, f.Score, f.Cards = true, fit.Score, fit.Containers
 			}

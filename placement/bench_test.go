@@ -14,6 +14,10 @@ func BenchmarkScorePod(b *testing.B) {
 		"2 cards shared": req(api.PolicyBinpack, api.ContainerRequest{Name: "c", Cards: 2, MemoryMiB: 20000, Cores: 50}),
 		"1 card whole":   req(api.PolicyBinpack, api.ContainerRequest{Name: "c", Cards: 1, MemoryPercent: 100, Cores: 100}),
 		"1 card shared":  req(api.PolicyBinpack, api.ContainerRequest{Name: "c", Cards: 1, MemoryMiB: 10000, Cores: 25}),
+		// Refusals, which a busy cluster answers far more often than fits: four of the
+		// cards are shared, so five whole ones are not free; no card is an H100.
+		"refused 5 cards whole": req(api.PolicyBinpack, api.ContainerRequest{Name: "c", Cards: 5, MemoryPercent: 100, Cores: 100}),
+		"refused type filter":   typed(req(api.PolicyBinpack, api.ContainerRequest{Name: "c", Cards: 1, MemoryMiB: 10000, Cores: 25}), "H100"),
 	}
 	cards := healthy(8)
 	for i := range cards {
@@ -36,4 +40,9 @@ func BenchmarkScorePod(b *testing.B) {
 			})
 		}
 	}
+}
+
+func typed(r *Request, model string) *Request {
+	r.Options.TypeInclude = []string{model}
+	return r
 }

@@ -138,15 +138,15 @@ func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request
 	var buf [16]candidate
 	cands := buf[:0]
 	var rejects []CardReject
+	var r CardReject
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		used := usedWith(n, extra, i)
-		r := checkCard(c, used, cr, &req.Options)
-		if r == nil {
-			r = checkQoS(c, used, cr, &req.Options)
-		}
-		if r != nil {
-			rejects = append(rejects, *r)
+		if checkCard(c, used, cr, &req.Options, &r) || checkQoS(c, used, cr, &req.Options, &r) {
+			if rejects == nil {
+				rejects = make([]CardReject, 0, len(n.Cards)-i)
+			}
+			rejects = append(rejects, r)
 			continue
 		}
 		cands = append(cands, candidate{idx: i, score: cardScore(c, used, memoryFor(&c.Card, cr), cr.Cores, req.CardPolicy)})
@@ -175,54 +175,56 @@ func memoryFor(c *api.Card, cr *api.ContainerRequest) int64 {
 }
 
 // checkCard applies the hard filters, cheapest and most permanent first, against
-// the card's usage used.
-func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions) *CardReject {
-	reject := func(reason Reason, detail string) *CardReject {
-		return &CardReject{Index: c.Index, UUID: c.UUID, Reason: reason, Detail: detail}
+// the card's usage used, and reports whether the card refuses; the refusal goes to
+// r with its figures, not its text (CardReject.Explain).
+func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions, r *CardReject) bool {
+	reject := func(reason Reason, d rejectDetail) bool {
+		*r = CardReject{Index: c.Index, UUID: c.UUID, Reason: reason, why: d}
+		return true
 	}
 	switch {
 	case !c.Healthy:
-		return reject(ReasonUnhealthy, "")
+		return reject(ReasonUnhealthy, rejectDetail{})
 	case c.MIG:
-		return reject(ReasonMIG, "")
+		return reject(ReasonMIG, rejectDetail{})
 	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):
-		return reject(ReasonUUIDFilter, "not in "+api.AnnotationGPUUUIDInclude)
+		return reject(ReasonUUIDFilter, rejectDetail{kind: detailNotInUUIDs})
 	case slices.Contains(o.UUIDExclude, c.UUID):
-		return reject(ReasonUUIDFilter, "listed in "+api.AnnotationGPUUUIDExclude)
+		return reject(ReasonUUIDFilter, rejectDetail{kind: detailInUUIDs})
 	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, c.Model):
-		return reject(ReasonTypeFilter, "model "+c.Model+" matches nothing in "+api.AnnotationGPUTypeInclude)
+		return reject(ReasonTypeFilter, rejectDetail{kind: detailTypeMissing, text: c.Model})
 	case containsFold(o.TypeExclude, c.Model):
-		return reject(ReasonTypeFilter, "model "+c.Model+" matches "+api.AnnotationGPUTypeExclude)
+		return reject(ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: c.Model})
 	}
 	mem := memoryFor(&c.Card, cr)
 	if mem > c.CapacityMiB {
-		return reject(ReasonTooSmall, itoa(mem)+" MiB wanted, card has "+itoa(c.CapacityMiB)+" MiB")
+		return reject(ReasonTooSmall, rejectDetail{kind: detailTooSmall, a: mem, b: c.CapacityMiB})
 	}
 	freeCores, freeMiB := 100-used.Cores, c.CapacityMiB-used.MemoryMiB
 	switch {
 	case used.Tenants >= c.Shares:
-		return reject(ReasonShares, itoa(int64(used.Tenants))+" of "+itoa(int64(c.Shares))+" shares taken")
+		return reject(ReasonShares, rejectDetail{kind: detailShares, a: int64(used.Tenants), b: int64(c.Shares)})
 	case cr.Exclusive() && used.Tenants > 0:
-		return reject(ReasonNotIdle, "an exclusive (100% cores) request needs an idle card; "+itoa(int64(used.Tenants))+" tenants")
+		return reject(ReasonNotIdle, rejectDetail{kind: detailNotIdle, a: int64(used.Tenants)})
 	case used.Cores >= 100:
-		return reject(ReasonCores, "card's cores are fully taken")
+		return reject(ReasonCores, rejectDetail{kind: detailCoresFull})
 	case cr.Cores > freeCores:
-		return reject(ReasonCores, itoa(int64(cr.Cores))+"% wanted, "+itoa(int64(freeCores))+"% free")
+		return reject(ReasonCores, rejectDetail{kind: detailCores, a: int64(cr.Cores), b: int64(freeCores)})
 	case mem > freeMiB:
-		return reject(ReasonMemory, itoa(mem)+" MiB wanted, "+itoa(freeMiB)+" of "+itoa(c.CapacityMiB)+" MiB free")
+		return reject(ReasonMemory, rejectDetail{kind: detailMemory, a: mem, b: freeMiB, c: c.CapacityMiB})
 	}
-	return nil
+	return false
 }
 
-// containsFold reports whether model contains any of the substrings, ignoring case.
+// containsFold reports whether model contains any of the substrings, ignoring case
+// (without lowering copies: this runs for every card of every node a typed pod is
+// tried on).
 func containsFold(subs []string, model string) bool {
-	if len(subs) == 0 {
-		return false
-	}
-	m := strings.ToLower(model)
 	for _, s := range subs {
-		if strings.Contains(m, strings.ToLower(s)) {
-			return true
+		for i := 0; i+len(s) <= len(model); i++ {
+			if strings.EqualFold(model[i:i+len(s)], s) {
+				return true
+			}
 		}
 	}
 	return false

@@ -212,3 +212,24 @@ func TestFitErrorResolvableCountsCards(t *testing.T) {
 		}
 	}
 }
+
+func TestContainsFoldIgnoresCaseOnly(t *testing.T) {
+	for _, tc := range []struct {
+		subs  []string
+		model string
+		want  bool
+	}{
+		{[]string{"a100"}, "NVIDIA A100-SXM4-40GB", true},
+		{[]string{"SXM4-40gb"}, "NVIDIA A100-SXM4-40GB", true},
+		{[]string{"h100", "T4"}, "Tesla T4", true},
+		{[]string{"h100"}, "NVIDIA A100-SXM4-40GB", false},
+		{[]string{"NVIDIA A100-SXM4-40GB-X"}, "NVIDIA A100-SXM4-40GB", false},
+		{[]string{""}, "Tesla T4", true}, // as strings.Contains
+		{nil, "Tesla T4", false},
+		{[]string{"t4"}, "", false},
+	} {
+		if got := containsFold(tc.subs, tc.model); got != tc.want {
+			t.Errorf("containsFold(%q, %q) = %v, want %v", tc.subs, tc.model, got, tc.want)
+		}
+	}
+}

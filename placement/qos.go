@@ -70,18 +70,19 @@ func tenantUsage(a api.CardAssignment, qos api.QoSClass) Usage {
 // checkQoS keeps shared cards in one service class: a card that hosts shared
 // tasks of another class refuses a shared task; an idle card takes any class, and
 // an exclusive request is outside the rule (it needs an idle card anyway).
-func checkQoS(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions) *CardReject {
+func checkQoS(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions, r *CardReject) bool {
 	if cr.Exclusive() {
-		return nil
+		return false
 	}
 	other, ok := used.Classes.Other(o.QoS)
 	if !ok {
-		return nil
+		return false
 	}
 	want := o.QoS
 	if want == "" {
 		want = api.DefaultQoS
 	}
-	return &CardReject{Index: c.Index, UUID: c.UUID, Reason: ReasonQoS,
-		Detail: "card hosts " + string(other) + " tasks, this pod is " + string(want) + " (" + api.AnnotationQoS + ")"}
+	*r = CardReject{Index: c.Index, UUID: c.UUID, Reason: ReasonQoS,
+		why: rejectDetail{kind: detailQoS, text: string(other), text2: string(want)}}
+	return true
 }

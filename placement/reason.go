@@ -42,13 +42,77 @@ type CardReject struct {
 	Index  int
 	UUID   string
 	Reason Reason
+	// Detail names the limit that failed, e.g. "30% wanted, 20% free". The engine
+	// leaves it empty and keeps the figures instead (a scheduling session refuses
+	// cards by the million and shows almost none of them): Explain writes it, and
+	// FitError.Explained fills it for every refused card.
 	Detail string
+	why    rejectDetail
+}
+
+// rejectDetail holds what a refusal's text is written from.
+type rejectDetail struct {
+	kind    detailKind
+	text    string // the card's model, or the QoS class it hosts
+	text2   string // the pod's QoS class
+	a, b, c int64
+}
+
+type detailKind uint8
+
+const (
+	detailNone         detailKind = iota
+	detailNotInUUIDs              // not in the include list
+	detailInUUIDs                 // in the exclude list
+	detailTypeMissing             // text: model
+	detailTypeExcluded            // text: model
+	detailTooSmall                // a: MiB wanted, b: card MiB
+	detailShares                  // a: tenants, b: shares
+	detailNotIdle                 // a: tenants
+	detailCoresFull
+	detailCores  // a: % wanted, b: % free
+	detailMemory // a: MiB wanted, b: MiB free, c: card MiB
+	detailQoS    // text: the card's class, text2: the pod's
+)
+
+// Explain is the refusal's detail: Detail when set, else written from the figures
+// the engine kept.
+func (r CardReject) Explain() string {
+	if r.Detail != "" {
+		return r.Detail
+	}
+	d := r.why
+	switch d.kind {
+	case detailNotInUUIDs:
+		return "not in " + api.AnnotationGPUUUIDInclude
+	case detailInUUIDs:
+		return "listed in " + api.AnnotationGPUUUIDExclude
+	case detailTypeMissing:
+		return "model " + d.text + " matches nothing in " + api.AnnotationGPUTypeInclude
+	case detailTypeExcluded:
+		return "model " + d.text + " matches " + api.AnnotationGPUTypeExclude
+	case detailTooSmall:
+		return itoa(d.a) + " MiB wanted, card has " + itoa(d.b) + " MiB"
+	case detailShares:
+		return itoa(d.a) + " of " + itoa(d.b) + " shares taken"
+	case detailNotIdle:
+		return "an exclusive (100% cores) request needs an idle card; " + itoa(d.a) + " tenants"
+	case detailCoresFull:
+		return "card's cores are fully taken"
+	case detailCores:
+		return itoa(d.a) + "% wanted, " + itoa(d.b) + "% free"
+	case detailMemory:
+		return itoa(d.a) + " MiB wanted, " + itoa(d.b) + " of " + itoa(d.c) + " MiB free"
+	case detailQoS:
+		return "card hosts " + d.text + " tasks, this pod is " + d.text2 + " (" + api.AnnotationQoS + ")"
+	}
+	return ""
 }
 
 func (r CardReject) String() string {
 	s := fmt.Sprintf("card %d (%s): %s", r.Index, r.UUID, r.Reason)
-	if r.Detail != "" {
-		s += ": " + r.Detail
+	if d := r.Explain(); d != "" {
+		s += ": " + d
 	}
 	return s
 }
@@ -101,6 +165,19 @@ func (e *FitError) Error() string {
 			e.Container, e.Wanted, api.AnnotationNUMABind, e.Fitting, e.Cards, e.NUMA)
 	}
 	return fmt.Sprintf("container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+}
+
+// Explained returns the refused cards with every Detail written.
+func (e *FitError) Explained() []CardReject {
+	if e.Rejects == nil {
+		return nil
+	}
+	out := make([]CardReject, len(e.Rejects))
+	for i, r := range e.Rejects {
+		r.Detail = r.Explain()
+		out[i] = r
+	}
+	return out
 }
 
 // Detail lists every refused card with the limit that failed.

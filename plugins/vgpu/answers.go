@@ -27,12 +27,18 @@ type fitAnswer struct {
 	refused *refusalNote
 }
 
-// refusalNote is a refusal with its message and kind (refusalOf, for the
-// pending-task metrics), worked out once when the engine refuses.
+// refusalNote is a refusal with its message, kind (refusalOf, for the
+// pending-task metrics) and whether evictions could clear it, worked out once when
+// the engine refuses. The engine's per-card account is not kept: a session leaves
+// hundreds of thousands of refusals in the table, all of it for the collector to scan.
 type refusalNote struct {
-	ferr   *placement.FitError
-	reason string
-	kind   string
+	reason     string
+	kind       string
+	resolvable bool
+}
+
+func noteOf(ferr *placement.FitError) *refusalNote {
+	return &refusalNote{reason: refusal(ferr), kind: refusalOf(ferr), resolvable: ferr.Resolvable()}
 }
 
 // answerTable holds rows of cells, [shape][node index]. Rows are added as shapes

@@ -190,19 +190,10 @@ func (l *ledger) eachCard(fn func(node string, c *placement.CardState)) {
 	}
 }
 
-// scoreShape runs the engine for a request against a node's current usage, or
-// answers from memory when the node is unchanged since it answered a request of the
-// same shape (tasks with equal shapes fit alike). A refusal comes with its message
-// and kind (refusalOf); why explains a node that has no usable cards.
-func (l *ledger) scoreShape(node string, shape shapeID, req *placement.Request) (ferr *placement.FitError, reason, kind, why string) {
-	a, why := l.answer(node, shape, req)
-	if a.refused == nil {
-		return nil, "", "", why
-	}
-	return a.refused.ferr, a.refused.reason, a.refused.kind, why
-}
-
-// answer is scoreShape's answer whole, with the score.
+// answer runs the engine for a request against a node's current usage, or answers
+// from memory when the node is unchanged since it answered a request of the same
+// shape (tasks with equal shapes fit alike). A refusal comes with its message and
+// kind (refusalOf); why explains a node that has no usable cards.
 func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a fitAnswer, why string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -222,7 +213,10 @@ func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a f
 	score, ferr := placement.ScorePod(n, req)
 	a = fitAnswer{score: score}
 	if ferr != nil {
-		a.refused = &refusalNote{ferr: ferr, reason: refusal(ferr), kind: refusalOf(ferr)}
+		a.refused = noteOf(ferr)
+		if v := klog.V(5); v.Enabled() {
+			v.InfoS("vGPU fit failed", "node", node, "detail", ferr.Detail())
+		}
 	}
 	l.answers.remember(e, shape, a)
 	return a, ""

@@ -26,9 +26,9 @@ func TestAnswersFollowEveryBookingAndRelease(t *testing.T) {
 	fits := func(step string, want bool) {
 		t.Helper()
 		for i := 0; i < 2; i++ { // the second call is answered from memory
-			ferr, _, _, why := l.scoreShape("gpu-a", key, req)
-			if why != "" || (ferr == nil) != want {
-				t.Fatalf("%s (call %d): fits=%v why=%q, want fits=%v", step, i+1, ferr == nil, why, want)
+			a, why := l.answer("gpu-a", key, req)
+			if why != "" || (a.refused == nil) != want {
+				t.Fatalf("%s (call %d): fits=%v why=%q, want fits=%v", step, i+1, a.refused == nil, why, want)
 			}
 			if _, ok := l.cachedScore("gpu-a", key, req); ok != want {
 				t.Fatalf("%s: cachedScore ok=%v, want %v", step, ok, want)
@@ -126,7 +126,7 @@ func TestAnswersUnderConcurrentPredicates(t *testing.T) {
 			defer wg.Done()
 			for r := 0; r < 50; r++ {
 				for i := 0; i < 8; i++ {
-					l.scoreShape(fmt.Sprint("gpu-", i), key, req)
+					l.answer(fmt.Sprint("gpu-", i), key, req)
 					l.cachedScore(fmt.Sprint("gpu-", i), key, req)
 				}
 			}

@@ -51,7 +51,7 @@ func BenchmarkGangPredicates(b *testing.B) {
 						best, bestScore := "", -1.0
 						for n := 0; n < 1000; n++ {
 							node := names[n]
-							if ferr, _, _, _ := l.scoreShape(node, key, req); ferr != nil {
+							if a, _ := l.answer(node, key, req); a.refused != nil {
 								continue
 							}
 							if s, ok := l.cachedScore(node, key, req); ok && s > bestScore {

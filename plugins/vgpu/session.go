@@ -214,31 +214,29 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+tr.err.Error())
 	}
 	defer p.metrics.timed("predicate", time.Now())
-	ferr, reason, kind, why := p.ledger.scoreShape(node.Name, tr.shape, tr.req)
-	if why == "" && ferr == nil && p.pipelined.onNode(node.Name) {
+	a, why := p.ledger.answer(node.Name, tr.shape, tr.req)
+	refused := a.refused
+	if why == "" && refused == nil && p.pipelined.onNode(node.Name) {
 		// The remembered answer is the node's bookings'; the tasks this session
 		// pipelined there expect cards too, and Volcano, which checks only CPU, memory
 		// and slots, would pipeline this one beside them for the plugin to refuse.
-		if ferr = p.fitBesidePipelines(node.Name, tr.req); ferr != nil {
-			reason, kind = refusal(ferr), refusalOf(ferr)
+		if ferr := p.fitBesidePipelines(node.Name, tr.req); ferr != nil {
+			refused = noteOf(ferr)
 		}
 	}
 	switch {
 	case why != "":
 		tr.refused.add(pendingNoInventory)
 		return unresolvable(task, node, "vgpu: "+why)
-	case ferr != nil:
-		tr.refused.add(kind)
-		if v := klog.V(5); v.Enabled() {
-			v.InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "detail", ferr.Detail())
-		}
+	case refused != nil:
+		tr.refused.add(refused.kind)
 		// Preempt and reclaim try only nodes where evicting could help: enough cards
 		// refuse for usage alone, and the tasks this one may evict hold them.
 		code := vapi.UnschedulableAndUnresolvable
-		if ferr.Resolvable() && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr)) {
+		if refused.resolvable && (p.ssn == nil || p.evictionCouldHelp(p.ssn, task, node, tr)) {
 			code = vapi.Unschedulable
 		}
-		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: reason})
+		return vapi.NewFitErrWithStatus(task, node, &vapi.Status{Code: code, Reason: refused.reason})
 	}
 	return nil
 }
