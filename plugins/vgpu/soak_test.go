@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -211,6 +212,16 @@ func (w *soakWorld) close() {
 	testSched.Close()
 }
 
+// queueOf returns the queue of a pod's job.
+func (w *soakWorld) queueOf(pod string) string {
+	for _, j := range w.jobs {
+		if slices.Contains(j.pods, pod) {
+			return j.queue
+		}
+	}
+	return ""
+}
+
 func (w *soakWorld) apiPod(name string) *corev1.Pod {
 	p, err := w.sc.Client().CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -331,7 +342,7 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 		w.evicted++
 		w.stats.Evicted++
 		name := strings.TrimPrefix(key, "ns/")
-		if why := w.preemptors.uselessEviction(w.apiPod(name)); why != "" && w.useless == "" {
+		if why := w.preemptors.uselessEviction(w.apiPod(name), w.queueOf(name)); why != "" && w.useless == "" {
 			w.useless = why
 		}
 		w.remove(name)
@@ -466,15 +477,20 @@ func (w *soakWorld) check() string {
 type preemptors struct {
 	plain map[string]int
 	cards map[string]map[string]bool
+	// outranking is, per queue, the highest priority of a vGPU task pipelined there.
+	outranking map[string]int32
 }
 
 func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemptors {
-	pr := preemptors{plain: map[string]int{}, cards: map[string]map[string]bool{}}
+	pr := preemptors{plain: map[string]int{}, cards: map[string]map[string]bool{}, outranking: map[string]int32{}}
 	for _, job := range ssn.Jobs {
 		for _, t := range job.TaskStatusIndex[vapi.Pipelined] {
 			if !api.DefaultResourceNames().HasVGPURequest(t.Pod) {
 				pr.plain[t.NodeName]++
 				continue
+			}
+			if q := string(job.Queue); t.Priority > pr.outranking[q] {
+				pr.outranking[q] = t.Priority
 			}
 			fit, ok := vp.pipelined.get(t.UID)
 			if !ok {
@@ -497,7 +513,16 @@ func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemp
 // onto its node: a vGPU pod must hold a card a pipelined vGPU task expects (or a
 // task without vGPU requests was pipelined there, which its CPU may serve); a pod
 // without vGPU requests must have some task pipelined onto its node.
-func (pr preemptors) uselessEviction(p *corev1.Pod) string {
+//
+// One exception is Volcano's preempt, not the plugin's choice: a queue that may not
+// take its waiting task yet (over its share) sheds its lower-priority pods node by
+// node, every victim offered on a node, until the queue admits the task, and then
+// pipelines the task on the node it is at. A victim evicted on an earlier node made
+// room in the queue, not on a card (seed 398 of the race soak: one card-freeing
+// victim on n3 left the queue still full, the second, on n0, admitted the task
+// there). Such a pod is in the queue of a task pipelined this session, below its
+// priority.
+func (pr preemptors) uselessEviction(p *corev1.Pod, queue string) string {
 	if p == nil || p.Spec.NodeName == "" {
 		return ""
 	}
@@ -521,6 +546,9 @@ func (pr preemptors) uselessEviction(p *corev1.Pod) string {
 				return ""
 			}
 		}
+	}
+	if top, ok := pr.outranking[queue]; ok && p.Spec.Priority != nil && *p.Spec.Priority < top {
+		return ""
 	}
 	return fmt.Sprintf("vGPU pod %s was evicted from %s holding %v, but no task pipelined there expects its cards (%v expected)", p.Name, node,
 		a.Containers, pr.cards[node])
