@@ -69,6 +69,9 @@ func TestSessionSoak(t *testing.T) {
 
 type soakStats struct {
 	Bound, FailedBinds, StaleWrites, Evicted, Finished, Cordons int
+	// ShedForQueue counts evictions accepted as preempt shedding a full queue's
+	// lower-priority pods on a node the task did not land on (uselessEviction).
+	ShedForQueue int
 }
 
 // soakBinder binds like the API server's binding subresource, except that it fails
@@ -342,8 +345,12 @@ func (w *soakWorld) session(builders map[string]framework.PluginBuilder, actions
 		w.evicted++
 		w.stats.Evicted++
 		name := strings.TrimPrefix(key, "ns/")
-		if why := w.preemptors.uselessEviction(w.apiPod(name), w.queueOf(name)); why != "" && w.useless == "" {
+		why, shed := w.preemptors.uselessEviction(w.apiPod(name), w.queueOf(name))
+		if why != "" && w.useless == "" {
 			w.useless = why
+		}
+		if shed {
+			w.stats.ShedForQueue++
 		}
 		w.remove(name)
 	}
@@ -522,34 +529,34 @@ func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemp
 // victim on n3 left the queue still full, the second, on n0, admitted the task
 // there). Such a pod is in the queue of a task pipelined this session, below its
 // priority.
-func (pr preemptors) uselessEviction(p *corev1.Pod, queue string) string {
+func (pr preemptors) uselessEviction(p *corev1.Pod, queue string) (why string, shed bool) {
 	if p == nil || p.Spec.NodeName == "" {
-		return ""
+		return "", false
 	}
 	node := p.Spec.NodeName
 	if pr.plain[node] > 0 {
-		return ""
+		return "", false
 	}
 	if !api.DefaultResourceNames().HasVGPURequest(p) {
 		if len(pr.cards[node]) == 0 {
-			return fmt.Sprintf("CPU-only pod %s was evicted from %s, where no task was pipelined", p.Name, node)
+			return fmt.Sprintf("CPU-only pod %s was evicted from %s, where no task was pipelined", p.Name, node), false
 		}
-		return fmt.Sprintf("CPU-only pod %s was evicted from %s, where only vGPU tasks were pipelined (a card shortage)", p.Name, node)
+		return fmt.Sprintf("CPU-only pod %s was evicted from %s, where only vGPU tasks were pipelined (a card shortage)", p.Name, node), false
 	}
 	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
 	if err != nil {
-		return fmt.Sprintf("evicted pod %s: %v", p.Name, err)
+		return fmt.Sprintf("evicted pod %s: %v", p.Name, err), false
 	}
 	for _, c := range a.Containers {
 		for _, card := range c.Cards {
 			if pr.cards[node][card.UUID] {
-				return ""
+				return "", false
 			}
 		}
 	}
 	if top, ok := pr.outranking[queue]; ok && p.Spec.Priority != nil && *p.Spec.Priority < top {
-		return ""
+		return "", true
 	}
 	return fmt.Sprintf("vGPU pod %s was evicted from %s holding %v, but no task pipelined there expects its cards (%v expected)", p.Name, node,
-		a.Containers, pr.cards[node])
+		a.Containers, pr.cards[node]), false
 }
