@@ -40,7 +40,8 @@ type Config struct {
 	// Stall ends the wait when no pod has been bound for this long; Timeout in any case.
 	Stall, Timeout time.Duration
 	// Profile, when set, is the window of each CPU profile taken of the live scheduler
-	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir).
+	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir), and
+	// for the first 15 s after a restart (restart-cpu.pprof).
 	Profile time.Duration
 	// SchedulerFlags are passed to vc-scheduler as they are (a log level to diagnose a run).
 	SchedulerFlags []string
@@ -451,7 +452,22 @@ func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, r
 	if err := c.StartScheduler(ctx); err != nil {
 		return err
 	}
-	_, _, started := c.SchedulerProcess()
+	_, metricsURL, started := c.SchedulerProcess()
+	profiled := make(chan struct{})
+	if cfg.Profile > 0 {
+		// What the restarted scheduler spends its first seconds on (restart-cpu.pprof;
+		// the run waits for it before the cluster goes).
+		prof := startProfiler(ctx, metricsURL, cfg.RunDir, 0)
+		go func() {
+			defer close(profiled)
+			if err := prof.fetch(ctx, "/debug/pprof/profile?seconds=15", "restart-cpu.pprof"); err != nil {
+				fmt.Fprintf(cfg.Progress, "  restart profile: %v\n", err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
+	defer func() { <-profiled }()
 	res.RestartJobs, res.RestartFirst, res.RestartAll = len(jobs), -1, -1
 	names := map[string]bool{}
 	for _, j := range jobs {
