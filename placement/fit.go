@@ -216,11 +216,18 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 	return false
 }
 
-// containsFold reports whether model contains any of the substrings, ignoring case
-// (without lowering copies: this runs for every card of every node a typed pod is
-// tried on).
+// containsFold reports whether model contains any of the substrings, ignoring case.
+// ASCII text (every model NVML reports) is compared in place, without lowering
+// copies: this runs for every card of every node a typed pod is tried on. Other text
+// is lowered, where case folding may change a character's length in bytes.
 func containsFold(subs []string, model string) bool {
 	for _, s := range subs {
+		if !isASCII(s) || !isASCII(model) {
+			if strings.Contains(strings.ToLower(model), strings.ToLower(s)) {
+				return true
+			}
+			continue
+		}
 		for i := 0; i+len(s) <= len(model); i++ {
 			if strings.EqualFold(model[i:i+len(s)], s) {
 				return true
@@ -228,4 +235,13 @@ func containsFold(subs []string, model string) bool {
 		}
 	}
 	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

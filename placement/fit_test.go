@@ -227,6 +227,9 @@ func TestContainsFoldIgnoresCaseOnly(t *testing.T) {
 		{[]string{""}, "Tesla T4", true}, // as strings.Contains
 		{nil, "Tesla T4", false},
 		{[]string{"t4"}, "", false},
+		// Beyond ASCII, as strings.ToLower has it: the Kelvin sign lowers to k.
+		{[]string{"\u212a80"}, "Tesla K80", true},
+		{[]string{"k80"}, "Tesla \u212a80", true},
 	} {
 		if got := containsFold(tc.subs, tc.model); got != tc.want {
 			t.Errorf("containsFold(%q, %q) = %v, want %v", tc.subs, tc.model, got, tc.want)

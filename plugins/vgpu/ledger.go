@@ -215,7 +215,7 @@ func (l *ledger) answer(node string, shape shapeID, req *placement.Request) (a f
 	if ferr != nil {
 		a.refused = noteOf(ferr)
 		if v := klog.V(5); v.Enabled() {
-			v.InfoS("vGPU fit failed", "node", node, "detail", ferr.Detail())
+			v.InfoS("vGPU engine refused", "node", node, "detail", ferr.Detail())
 		}
 	}
 	l.answers.remember(e, shape, a)

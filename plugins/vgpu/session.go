@@ -222,6 +222,10 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		// and slots, would pipeline this one beside them for the plugin to refuse.
 		if ferr := p.fitBesidePipelines(node.Name, tr.req); ferr != nil {
 			refused = noteOf(ferr)
+			if v := klog.V(5); v.Enabled() {
+				v.InfoS("vGPU fit beside the node's pipelined tasks failed", "task", klog.KRef(task.Namespace, task.Name),
+					"node", node.Name, "detail", ferr.Detail())
+			}
 		}
 	}
 	switch {
@@ -230,6 +234,10 @@ func (p *vgpuPlugin) predicate(task *vapi.TaskInfo, node *vapi.NodeInfo) error {
 		return unresolvable(task, node, "vgpu: "+why)
 	case refused != nil:
 		tr.refused.add(refused.kind)
+		if v := klog.V(5); v.Enabled() {
+			// The card-by-card account is logged where the engine refuses (ledger.answer).
+			v.InfoS("vGPU fit failed", "task", klog.KRef(task.Namespace, task.Name), "node", node.Name, "reason", refused.reason)
+		}
 		// Preempt and reclaim try only nodes where evicting could help: enough cards
 		// refuse for usage alone, and the tasks this one may evict hold them.
 		code := vapi.UnschedulableAndUnresolvable

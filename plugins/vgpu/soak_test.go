@@ -70,7 +70,7 @@ func TestSessionSoak(t *testing.T) {
 type soakStats struct {
 	Bound, FailedBinds, StaleWrites, Evicted, Finished, Cordons int
 	// ShedForQueue counts evictions accepted as preempt shedding a full queue's
-	// lower-priority pods on a node the task did not land on (uselessEviction).
+	// lower-priority pods before it moved on to another node (uselessEviction).
 	ShedForQueue int
 }
 
@@ -484,21 +484,29 @@ func (w *soakWorld) check() string {
 type preemptors struct {
 	plain map[string]int
 	cards map[string]map[string]bool
-	// outranking is, per queue, the highest priority of a vGPU task pipelined there.
+	// outranking is, per queue, the highest priority of a vGPU task pipelined there;
+	// landed, the nodes its vGPU tasks were pipelined onto.
 	outranking map[string]int32
+	landed     map[string]map[string]bool
 }
 
 func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemptors {
-	pr := preemptors{plain: map[string]int{}, cards: map[string]map[string]bool{}, outranking: map[string]int32{}}
+	pr := preemptors{plain: map[string]int{}, cards: map[string]map[string]bool{}, outranking: map[string]int32{},
+		landed: map[string]map[string]bool{}}
 	for _, job := range ssn.Jobs {
 		for _, t := range job.TaskStatusIndex[vapi.Pipelined] {
 			if !api.DefaultResourceNames().HasVGPURequest(t.Pod) {
 				pr.plain[t.NodeName]++
 				continue
 			}
-			if q := string(job.Queue); t.Priority > pr.outranking[q] {
+			q := string(job.Queue)
+			if t.Priority > pr.outranking[q] {
 				pr.outranking[q] = t.Priority
 			}
+			if pr.landed[q] == nil {
+				pr.landed[q] = map[string]bool{}
+			}
+			pr.landed[q][t.NodeName] = true
 			fit, ok := vp.pipelined.get(t.UID)
 			if !ok {
 				w.t.Fatalf("vGPU task %s was pipelined onto %s without the plugin choosing its cards", t.Name, t.NodeName)
@@ -528,7 +536,9 @@ func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemp
 // room in the queue, not on a card (seed 398 of the race soak: one card-freeing
 // victim on n3 left the queue still full, the second, on n0, admitted the task
 // there). Such a pod is in the queue of a task pipelined this session, below its
-// priority.
+// priority, and that queue had a task pipelined onto another node than the pod's
+// (preempt moved on). A victim whose cards no task uses on the only node its queue's
+// tasks landed on is still a failure.
 func (pr preemptors) uselessEviction(p *corev1.Pod, queue string) (why string, shed bool) {
 	if p == nil || p.Spec.NodeName == "" {
 		return "", false
@@ -554,7 +564,11 @@ func (pr preemptors) uselessEviction(p *corev1.Pod, queue string) (why string, s
 			}
 		}
 	}
-	if top, ok := pr.outranking[queue]; ok && p.Spec.Priority != nil && *p.Spec.Priority < top {
+	movedOn := false
+	for n := range pr.landed[queue] {
+		movedOn = movedOn || n != node
+	}
+	if top, ok := pr.outranking[queue]; ok && movedOn && p.Spec.Priority != nil && *p.Spec.Priority < top {
 		return "", true
 	}
 	return fmt.Sprintf("vGPU pod %s was evicted from %s holding %v, but no task pipelined there expects its cards (%v expected)", p.Name, node,

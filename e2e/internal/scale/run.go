@@ -41,7 +41,7 @@ type Config struct {
 	Stall, Timeout time.Duration
 	// Profile, when set, is the window of each CPU profile taken of the live scheduler
 	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir), and
-	// for the first 15 s after a restart (restart-cpu.pprof).
+	// for 15 s after a restarted scheduler is healthy (restart-cpu.pprof).
 	Profile time.Duration
 	// SchedulerFlags are passed to vc-scheduler as they are (a log level to diagnose a run).
 	SchedulerFlags []string
@@ -455,12 +455,14 @@ func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, r
 	_, metricsURL, started := c.SchedulerProcess()
 	profiled := make(chan struct{})
 	if cfg.Profile > 0 {
-		// What the restarted scheduler spends its first seconds on (restart-cpu.pprof;
-		// the run waits for it before the cluster goes).
+		// What the restarted scheduler spends its first 15 s after it is healthy on
+		// (restart-cpu.pprof; the run waits for it before the cluster goes).
 		prof := startProfiler(ctx, metricsURL, cfg.RunDir, 0)
+		pctx, cancel := context.WithTimeout(ctx, 45*time.Second) // a scheduler that stops answering
 		go func() {
 			defer close(profiled)
-			if err := prof.fetch(ctx, "/debug/pprof/profile?seconds=15", "restart-cpu.pprof"); err != nil {
+			defer cancel()
+			if err := prof.fetch(pctx, "/debug/pprof/profile?seconds=15", "restart-cpu.pprof"); err != nil {
 				fmt.Fprintf(cfg.Progress, "  restart profile: %v\n", err)
 			}
 		}()
