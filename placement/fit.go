@@ -221,8 +221,9 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 // copies: this runs for every card of every node a typed pod is tried on. Other text
 // is lowered, where case folding may change a character's length in bytes.
 func containsFold(subs []string, model string) bool {
+	asciiModel := isASCII(model)
 	for _, s := range subs {
-		if !isASCII(s) || !isASCII(model) {
+		if !asciiModel || !isASCII(s) {
 			if strings.Contains(strings.ToLower(model), strings.ToLower(s)) {
 				return true
 			}
