@@ -4,6 +4,7 @@ go 1.24.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
+	github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
 	github.com/tessera-gpu/tessera v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.72.1
 	gopkg.in/yaml.v2 v2.4.0

@@ -47,6 +47,9 @@ func main() {
 		scale.WriteTable(os.Stdout, rs)
 		fmt.Println()
 		scale.WriteTargets(os.Stdout, rs)
+		if err := writeCPUPerPod(*report, rs); err != nil {
+			fail(err)
+		}
 		return
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -130,6 +133,19 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 	scale.WriteTable(os.Stdout, rs)
 	fmt.Println()
 	scale.WriteTargets(os.Stdout, rs)
+	return writeCPUPerPod(out, rs)
+}
+
+// writeCPUPerPod prints the CPU-per-pod breakdown of the profiled schedulers, if any.
+func writeCPUPerPod(dir string, rs []*scale.Result) error {
+	var b strings.Builder
+	if err := scale.WriteCPUPerPod(&b, dir, rs); err != nil {
+		return err
+	}
+	if b.Len() > 0 {
+		fmt.Println()
+		fmt.Print(b.String())
+	}
 	return nil
 }
 

@@ -82,6 +82,9 @@ type Result struct {
 	RestartJobs              int
 	RestartFirst, RestartAll float64
 	StartedAt                time.Time
+	// ProfiledPods is how many pods were bound while the CPU profiles ran (-profile),
+	// the divisor of the CPU-per-pod breakdown (WriteCPUPerPod); 0 when not profiled.
+	ProfiledPods int `json:",omitempty"`
 }
 
 // CardCores is the cluster's card cores (100 per card).
@@ -181,6 +184,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if err := figures(res, tr, submitted, cfg); err != nil {
 		return nil, err
+	}
+	if cp, err := ReadCPUProfiles(cfg.RunDir); err != nil {
+		return nil, err
+	} else if cp != nil {
+		res.ProfiledPods = boundWithin(tr.BoundAt(), cp.Start, cp.End)
 	}
 	if cfg.Restart > 0 {
 		if err := restart(ctx, c, tr, cfg, res); err != nil {
