@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -101,11 +102,16 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 		}
 	}
 	fmt.Println("== Results in", out, "| machine:", scale.Machine())
+	var failed []error
 	for _, m := range modes {
 		cfg.Mode = m
 		cfg.RunDir = filepath.Join(out, string(m))
-		// A fresh cluster each time: no etcd data or logs of an earlier run.
+		// A fresh cluster each time: no etcd data or logs of an earlier run, and no
+		// result of one left to be reported if this one fails.
 		if err := os.RemoveAll(cfg.RunDir); err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(out, string(m)+".json")); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 		if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
@@ -119,11 +125,21 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 		res, err := scale.Run(ctx, cfg)
 		unlock()
 		if err != nil {
-			return fmt.Errorf("%s: %w", m, err)
+			// The others still run: a scheduler that crashes is a finding of the
+			// comparison, not a reason to lose the rest of it.
+			failed = append(failed, fmt.Errorf("%s: %w", m, err))
+			fmt.Printf("== %s failed: %v\n", m, err)
+			if ctx.Err() != nil {
+				return errors.Join(failed...)
+			}
+			continue
 		}
 		if err := scale.Save(res, out); err != nil {
 			return err
 		}
+	}
+	if len(failed) == len(modes) {
+		return errors.Join(failed...)
 	}
 	rs, err := scale.Load(out)
 	if err != nil {
@@ -133,7 +149,10 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 	scale.WriteTable(os.Stdout, rs)
 	fmt.Println()
 	scale.WriteTargets(os.Stdout, rs)
-	return writeCPUPerPod(out, rs)
+	if err := writeCPUPerPod(out, rs); err != nil {
+		return err
+	}
+	return errors.Join(failed...)
 }
 
 // writeCPUPerPod prints the CPU-per-pod breakdown of the profiled schedulers, if any.

@@ -1,6 +1,10 @@
 package cluster
 
-import "time"
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+)
 
 // StartAux runs another program beside the cluster (kwok, for `make scale`), logging to
 // <run>/logs/<name>.log; Stop ends it with the rest.
@@ -19,4 +23,19 @@ func (c *Cluster) SchedulerProcess() (pid int, metrics string, started time.Time
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sched.cmd.Process.Pid, c.schedMetrics, c.schedStart
+}
+
+// SchedulerGone returns an error naming the scheduler's log when the running scheduler
+// has exited (crashed) without the harness stopping it; nil while it runs.
+func (c *Cluster) SchedulerGone() error {
+	c.mu.Lock()
+	p := c.sched
+	c.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if done, err := p.exited(); done {
+		return fmt.Errorf("vc-scheduler exited by itself (%v); its log: %s", err, filepath.Join(c.logDir, p.name+".log"))
+	}
+	return nil
 }

@@ -79,8 +79,12 @@ type Result struct {
 	LoadMean             float64
 	// Restart: jobs submitted while the scheduler was down, from its start to the first
 	// and to the last of their pods bound (seconds); -1 when some never were.
+	// RestartCreated is from its start to the first of their pods created (Volcano's job
+	// controller creates them once the scheduler's enqueue has admitted their PodGroups):
+	// what the scheduler took to admit and then to place are told apart. -1: none was.
 	RestartJobs              int
 	RestartFirst, RestartAll float64
+	RestartCreated           float64 `json:",omitempty"`
 	StartedAt                time.Time
 	// ProfiledPods is how many pods were bound while the CPU profiles ran (-profile),
 	// the divisor of the CPU-per-pod breakdown (WriteCPUPerPod); 0 when not profiled.
@@ -113,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Heartbeats from the start: Volcano drops a node whose handshake is a minute old.
 	beat, stopBeat := context.WithCancel(ctx)
 	defer stopBeat()
-	go heartbeats(beat, c.Client, cfg.Nodes)
+	go heartbeats(beat, c.Client, cfg.Nodes, cfg.Progress)
 	if err := setup(ctx, c, cfg); err != nil {
 		return nil, err
 	}
@@ -159,6 +163,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if n >= res.PodsSubmitted || time.Since(last) > cfg.Stall || time.Now().After(deadline) {
 			break
 		}
+		if err := c.SchedulerGone(); err != nil {
+			return nil, fmt.Errorf("after %d of %d pods bound: %w", n, res.PodsSubmitted, err)
+		}
+	}
+	if err := c.SchedulerGone(); err != nil {
+		return nil, err
 	}
 	cpu1, err := CPUTime(pid)
 	if err != nil {
@@ -322,9 +332,13 @@ func parallel(workers, n int, f func(int) error) error {
 // heartbeats refreshes every node's agent annotations every 20 s: Tessera's node agent
 // beats every 30 s, and the HAMi handshake must stay under a minute old however slow a
 // round of patches is on a loaded machine (Volcano's scheduler crashes on an older one
-// outside a pod: see Heartbeat). Nodes not created yet are skipped.
-func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int) {
-	t := time.NewTicker(20 * time.Second)
+// outside a pod: see Heartbeat). Each patch is stamped when it is sent, not when its
+// round began, and a round that takes longer than the period is reported: under
+// deviceshare's own patch per pod the API server is slow enough for a round of 1,000
+// to have taken most of a minute. Nodes not created yet are skipped.
+func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int, progress io.Writer) {
+	const period = 20 * time.Second
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -332,11 +346,15 @@ func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int) {
 			return
 		case <-t.C:
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": Heartbeat(time.Now())}})
-		_ = parallel(8, nodes, func(i int) error {
+		start := time.Now()
+		_ = parallel(32, nodes, func(i int) error {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": Heartbeat(time.Now())}})
 			_, err := c.CoreV1().Nodes().Patch(ctx, NodeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
 			return err
 		})
+		if d := time.Since(start); d > period && ctx.Err() == nil {
+			fmt.Fprintf(progress, "  heartbeats: a round of %d node patches took %s (period %s)\n", nodes, d.Round(time.Second), period)
+		}
 	}
 }
 
@@ -478,7 +496,7 @@ func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, r
 		close(profiled)
 	}
 	defer func() { <-profiled }()
-	res.RestartJobs, res.RestartFirst, res.RestartAll = len(jobs), -1, -1
+	res.RestartJobs, res.RestartFirst, res.RestartAll, res.RestartCreated = len(jobs), -1, -1, -1
 	names := map[string]bool{}
 	for _, j := range jobs {
 		names[j.Name] = true
@@ -486,10 +504,18 @@ func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, r
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
-		bound := tr.BoundAt()
+		bound, seen := tr.BoundAt(), tr.SeenAt()
 		var ts []time.Time
 		for _, p := range tr.Pods() {
-			if t, ok := bound[p.Namespace+"/"+p.Name]; ok && names[jobOf(p)] {
+			if !names[jobOf(p)] {
+				continue
+			}
+			if t, ok := seen[p.Namespace+"/"+p.Name]; ok {
+				if d := t.Sub(started).Seconds(); res.RestartCreated < 0 || d < res.RestartCreated {
+					res.RestartCreated = d
+				}
+			}
+			if t, ok := bound[p.Namespace+"/"+p.Name]; ok {
 				ts = append(ts, t)
 			}
 		}

@@ -91,7 +91,11 @@ func WriteTable(w io.Writer, rs []*Result) {
 		if r.RestartJobs == 0 {
 			return "—"
 		}
-		return fmt.Sprintf("%s / %s (%d pods)", secs(r.RestartFirst), secs(r.RestartAll), r.RestartJobs)
+		created := ""
+		if r.RestartCreated != 0 { // results saved before the figure existed have none
+			created = "; first created " + secs(r.RestartCreated)
+		}
+		return fmt.Sprintf("%s / %s (%d pods%s)", secs(r.RestartFirst), secs(r.RestartAll), r.RestartJobs, created)
 	})
 	col("Load average: start, mean, end", func(r *Result) string { return fmt.Sprintf("%.1f, %.1f, %.1f", r.LoadStart, r.LoadMean, r.LoadEnd) })
 }

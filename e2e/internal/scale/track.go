@@ -16,13 +16,14 @@ import (
 type Tracker struct {
 	mu      sync.Mutex
 	boundAt map[string]time.Time // namespace/name → first seen with a node
+	seenAt  map[string]time.Time // namespace/name → first seen at all (created)
 	pods    map[string]*corev1.Pod
 	factory informers.SharedInformerFactory
 }
 
 // Track starts watching the namespace's pods; it runs until ctx ends.
 func Track(ctx context.Context, c kubernetes.Interface) (*Tracker, error) {
-	t := &Tracker{boundAt: map[string]time.Time{}, pods: map[string]*corev1.Pod{}}
+	t := &Tracker{boundAt: map[string]time.Time{}, seenAt: map[string]time.Time{}, pods: map[string]*corev1.Pod{}}
 	t.factory = informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(Namespace))
 	inf := t.factory.Core().V1().Pods().Informer()
 	see := func(obj any) {
@@ -35,6 +36,9 @@ func Track(ctx context.Context, c kubernetes.Interface) (*Tracker, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.pods[key] = p
+		if _, seen := t.seenAt[key]; !seen {
+			t.seenAt[key] = now
+		}
 		if _, seen := t.boundAt[key]; !seen && p.Spec.NodeName != "" {
 			t.boundAt[key] = now
 		}
@@ -73,6 +77,18 @@ func (t *Tracker) BoundAt() map[string]time.Time {
 	defer t.mu.Unlock()
 	out := make(map[string]time.Time, len(t.boundAt))
 	for k, v := range t.boundAt {
+		out[k] = v
+	}
+	return out
+}
+
+// SeenAt returns a copy of the times each pod was first seen (its creation, as
+// the watch delivered it).
+func (t *Tracker) SeenAt() map[string]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]time.Time, len(t.seenAt))
+	for k, v := range t.seenAt {
 		out[k] = v
 	}
 	return out
