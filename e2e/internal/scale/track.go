@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -72,26 +73,17 @@ func (t *Tracker) Bound() int {
 }
 
 // BoundAt returns a copy of the bind times.
-func (t *Tracker) BoundAt() map[string]time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]time.Time, len(t.boundAt))
-	for k, v := range t.boundAt {
-		out[k] = v
-	}
-	return out
-}
+func (t *Tracker) BoundAt() map[string]time.Time { return t.copyTimes(t.boundAt) }
 
 // SeenAt returns a copy of the times each pod was first seen (its creation, as
 // the watch delivered it).
-func (t *Tracker) SeenAt() map[string]time.Time {
+func (t *Tracker) SeenAt() map[string]time.Time { return t.copyTimes(t.seenAt) }
+
+// copyTimes copies one of the tracker's time maps under its lock.
+func (t *Tracker) copyTimes(m map[string]time.Time) map[string]time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]time.Time, len(t.seenAt))
-	for k, v := range t.seenAt {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(m)
 }
 
 // Pods returns the pods as last seen.
