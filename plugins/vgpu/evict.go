@@ -241,6 +241,13 @@ func (p *vgpuPlugin) victims(ssn *framework.Session, evictor *vapi.TaskInfo, can
 	if tr == nil || tr.err != nil || len(candidates) == 0 {
 		return nil, util.Abstain
 	}
+	if p.cacheMissing > 0 {
+		// Which queue is over its share, and what a node's cards hold, are not known
+		// until the cache holds every bound vGPU pod (cacheload.go).
+		klog.V(4).InfoS("No vGPU victims while the scheduler's cache is loading", "task", klog.KRef(evictor.Namespace, evictor.Name),
+			"podsNotInCache", p.cacheMissing)
+		return nil, util.Permit
+	}
 	node, ok := ssn.Nodes[candidates[0].NodeName]
 	if !ok {
 		return nil, util.Permit

@@ -82,6 +82,10 @@ func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 		cost = costs(reqs, p.shares.refMiB)
 		why = p.shares.beyondCapability(job.Queue, cost, need)
 	}
+	if why == "" && p.cacheMissing > 0 {
+		// The free and total cards are not known while the cache loads (cacheload.go).
+		return util.Abstain
+	}
 	if why == "" {
 		// jobValid says this of a job whose pods exist; a VolcanoJob has none yet.
 		total, smallest := p.ledger.total()
@@ -181,7 +185,8 @@ func (p *vgpuPlugin) jobValid(obj interface{}) *vapi.ValidateResult {
 	if err != nil {
 		return p.invalid(job, "InvalidVGPURequest", "vgpu: "+err.Error())
 	}
-	if len(reqs) == 0 {
+	if len(reqs) == 0 || p.cacheMissing > 0 {
+		// While the cache loads, the session may lack the very nodes that fit.
 		return nil
 	}
 	// Pipelined members are placed for this gang (on resources being released).

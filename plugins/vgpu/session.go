@@ -13,8 +13,9 @@ import (
 	"github.com/tessera-gpu/tessera/placement"
 )
 
-// buildLedger reads every node's cards and books what the pods on it hold.
-func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
+// buildLedger reads every node's cards and books what the pods on it hold. A node
+// with bound vGPU pods the session does not hold (loading) takes no vGPU task.
+func (p *vgpuPlugin) buildLedger(ssn *framework.Session, loading map[string]int) *ledger {
 	l := newLedger()
 	now := p.now()
 	// Nodes are added in the order Volcano walks them (its node list), so that a
@@ -41,6 +42,10 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session) *ledger {
 			continue
 		}
 		n := placement.NewNode(name, inv, p.args.MemoryOversubscription)
+		if missing := loading[name]; missing > 0 {
+			l.markUnusable(name, loadingReason(missing))
+			continue
+		}
 		if ni.Node.Spec.Unschedulable {
 			l.markCordoned(name)
 		}

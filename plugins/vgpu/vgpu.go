@@ -69,6 +69,10 @@ type vgpuPlugin struct {
 	// per session when enqueue first asks (outranks).
 	lowestOnce sync.Once
 	lowest     map[vapi.QueueID]int32
+	// cacheMissing is how many bound vGPU pods the scheduler's informer holds and
+	// the session does not (cacheload.go): while any is missing, the queue shares and
+	// free cards are not known, so the plugin evicts nothing and refuses no gang on them.
+	cacheMissing int
 }
 
 // taskRequest caches a task's parsed demand for the session; err is the reason a
@@ -165,7 +169,9 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	}
 	p.dec.Sweep() // what the last session did not read (pods gone, nodes rewritten) goes
 	p.templates.start(ssn.VCClient())
-	p.ledger = p.buildLedger(ssn)
+	gaps := p.cacheGaps(ssn)
+	p.cacheMissing = gaps.missing()
+	p.ledger = p.buildLedger(ssn, gaps.byNode)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {
 		p.gangs[id] = int(job.MinAvailable)
@@ -214,7 +220,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	p.metrics.open.Observe(took.Seconds())
 	nodes, unusable, _ := p.ledger.counts()
 	klog.V(3).InfoS("vgpu session opened", "nodes", nodes, "unusableNodes", unusable,
-		"inFlight", p.store.len(), "droppedInFlight", dropped, "staleAssignmentsDropped", scrubbed,
+		"inFlight", p.store.len(), "droppedInFlight", dropped, "podsNotInCache", p.cacheMissing, "staleAssignmentsDropped", scrubbed,
 		"duration", took)
 }
 

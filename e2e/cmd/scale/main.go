@@ -33,6 +33,7 @@ func main() {
 	stall := flag.Duration("stall", 90*time.Second, "stop waiting when no pod has been bound for this long")
 	timeout := flag.Duration("timeout", 12*time.Minute, "longest wait for the workload of one scheduler")
 	lock := flag.String("lock", "", "file to flock(2) around each scheduler's cluster (the e2e ports are shared)")
+	crashAt := flag.Float64("crash-at", 0, "kill the scheduler once this fraction of the pods is bound (0.3: 30%) and start it again at once, a crash mid-burst; the over-commit check then covers what the restarted scheduler placed while its cache was loading (0: no crash; not with -profile)")
 	profile := flag.Duration("profile", 0, "take CPU profiles of this length, back to back, of the live scheduler while it places the workload (cpu-NN.pprof, heap.pprof in each scheduler's directory; 0: none)")
 	out := flag.String("out", "", "directory for the results (default: a new run directory)")
 	report := flag.String("report", "", "only print the table of the results saved in this directory")
@@ -66,8 +67,11 @@ func main() {
 		}
 		modes = append(modes, m)
 	}
+	if *crashAt < 0 || *crashAt >= 1 || *crashAt > 0 && *profile > 0 {
+		fail(fmt.Errorf("-crash-at %v: want a fraction in [0, 1), and no -profile with it (the profiles follow one process)", *crashAt))
+	}
 	if err := run(ctx, root, *cache, *out, *lock, modes, scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
-		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}); err != nil {
+		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, CrashAt: *crashAt, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}); err != nil {
 		fail(err)
 	}
 }

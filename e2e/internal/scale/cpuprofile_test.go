@@ -184,3 +184,18 @@ func TestRestartRowTellsAdmissionFromPlacing(t *testing.T) {
 		}
 	}
 }
+
+func TestCrashRowOnlyForRunsThatCrashed(t *testing.T) {
+	var b strings.Builder
+	WriteTable(&b, []*Result{{Mode: Floor}, {Mode: Tessera}})
+	if strings.Contains(b.String(), "Crash mid-burst") {
+		t.Errorf("a crash row without a crash:\n%s", b.String())
+	}
+	b.Reset()
+	WriteTable(&b, []*Result{{Mode: Floor}, {Mode: Tessera, CrashBound: 2771, CrashResumed: 6.4}, {Mode: DeviceShare, CrashBound: 100, CrashResumed: -1}})
+	for _, want := range []string{"| Crash mid-burst: pods bound when killed; next bind after its new start | — | 2771; 6.4 s | 100; never |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
+	}
+}

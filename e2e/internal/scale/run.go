@@ -43,6 +43,11 @@ type Config struct {
 	// while it places the workload (files cpu-NN.pprof and heap.pprof in RunDir), and
 	// for 15 s after a restarted scheduler is healthy (restart-cpu.pprof).
 	Profile time.Duration
+	// CrashAt, when set, kills the scheduler once this fraction of the pods is bound and
+	// starts it again at once: a crash mid-burst, after which the new scheduler's first
+	// sessions find thousands of pods pending while its cache is still loading the
+	// running ones. Not with Profile (the profiles follow one process).
+	CrashAt float64
 	// SchedulerFlags are passed to vc-scheduler as they are (a log level to diagnose a run).
 	SchedulerFlags []string
 	Progress       io.Writer
@@ -85,7 +90,12 @@ type Result struct {
 	RestartJobs              int
 	RestartFirst, RestartAll float64
 	RestartCreated           float64 `json:",omitempty"`
-	StartedAt                time.Time
+	// Crash (CrashAt): pods bound when the scheduler was killed, and seconds from its
+	// new start to the next pod bound (-1: none was). The session figures are the
+	// restarted scheduler's alone; CPU is both processes'.
+	CrashBound   int     `json:",omitempty"`
+	CrashResumed float64 `json:",omitempty"`
+	StartedAt    time.Time
 	// ProfiledPods is how many pods were bound while the CPU profiles ran (-profile),
 	// the divisor of the CPU-per-pod breakdown (WriteCPUPerPod); 0 when not profiled.
 	ProfiledPods int `json:",omitempty"`
@@ -150,11 +160,35 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	last, lastBound := time.Now(), 0
 	deadline := time.Now().Add(cfg.Timeout)
+	var crashCPU time.Duration // the killed process's
+	var restarted time.Time
 	for tick := 0; ; tick++ {
 		time.Sleep(time.Second)
 		n := tr.Bound()
 		if n != lastBound {
+			if !restarted.IsZero() && res.CrashResumed < 0 {
+				res.CrashResumed = time.Since(restarted).Seconds()
+			}
 			last, lastBound = time.Now(), n
+		}
+		if cfg.CrashAt > 0 && res.CrashBound == 0 && float64(n) >= cfg.CrashAt*float64(res.PodsSubmitted) {
+			used, err := CPUTime(pid)
+			if err != nil {
+				return nil, err
+			}
+			crashCPU = used - cpu0
+			fmt.Fprintf(cfg.Progress, "  %s: killing the scheduler with %d/%d pods bound, starting it again\n", cfg.Mode, n, res.PodsSubmitted)
+			c.KillScheduler()
+			if err := c.StartScheduler(ctx); err != nil {
+				return nil, fmt.Errorf("restarting the scheduler after the crash: %w", err)
+			}
+			res.CrashBound, res.CrashResumed = max(n, 1), -1
+			pid, metricsURL, restarted = c.SchedulerProcess()
+			if cpu0, err = CPUTime(pid); err != nil {
+				return nil, err
+			}
+			before = Histogram{} // the new process's sessions from its start
+			last = time.Now()
 		}
 		if tick%10 == 0 {
 			loads = append(loads, LoadAverage())
@@ -183,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.LoadEnd = LoadAverage()
 	res.LoadMean = mean(append(loads, res.LoadEnd))
-	res.SchedulerCPU = (cpu1 - cpu0).Seconds()
+	res.SchedulerCPU = (cpu1 - cpu0 + crashCPU).Seconds()
 	if res.RSSMiB, res.PeakRSSMiB, err = Memory(pid); err != nil {
 		return nil, err
 	}

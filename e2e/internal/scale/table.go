@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -97,6 +98,14 @@ func WriteTable(w io.Writer, rs []*Result) {
 		}
 		return fmt.Sprintf("%s / %s (%d pods%s)", secs(r.RestartFirst), secs(r.RestartAll), r.RestartJobs, created)
 	})
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.CrashBound > 0 }) {
+		col("Crash mid-burst: pods bound when killed; next bind after its new start", func(r *Result) string {
+			if r.CrashBound == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%d; %s", r.CrashBound, secs(r.CrashResumed))
+		})
+	}
 	col("Load average: start, mean, end", func(r *Result) string { return fmt.Sprintf("%.1f, %.1f, %.1f", r.LoadStart, r.LoadMean, r.LoadEnd) })
 }
 
