@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -121,6 +122,9 @@ func TestNodeWithPodsNotYetInTheCacheTakesNoVGPUTask(t *testing.T) {
 	}
 	if p.cacheMissing != 1 {
 		t.Errorf("cacheMissing = %d, want 1", p.cacheMissing)
+	}
+	if n := testutil.ToFloat64(p.metrics.notInCache); n != 1 {
+		t.Errorf("tessera_scheduler_vgpu_pods_not_in_cache = %v, want 1", n)
 	}
 }
 

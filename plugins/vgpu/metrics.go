@@ -24,6 +24,8 @@ type metrics struct {
 	pluginSeconds                                    *prometheus.CounterVec
 	// pipelinesRefused counts tasks Volcano pipelined onto cards that would not take them.
 	pipelinesRefused prometheus.Counter
+	// notInCache is the last session's bound vGPU pods missing from Volcano's cache.
+	notInCache prometheus.Gauge
 	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
 	// thousands of times a session.
 	hooks map[string]prometheus.Counter
@@ -107,6 +109,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_pipelines_refused_total",
 			Help: "vGPU tasks preempt, reclaim or allocate pipelined onto a node whose cards would not take them once its evicted pods are gone (Volcano rolls each back; wasted work).",
 		}),
+		notInCache: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_pods_not_in_cache",
+			Help: "Bound vGPU pods the scheduler's informer holds and the last session did not (Volcano's cache still loading them); their nodes took no vGPU task and nothing was evicted.",
+		}),
 	}
 	m.hooks = map[string]prometheus.Counter{}
 	for _, hook := range []string{"predicate", "node_order", "allocate"} {
@@ -189,6 +195,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 		v.Reset()
 	}
 	m.publishCards(p.ledger.eachCard)
+	m.notInCache.Set(float64(p.cacheMissing))
 	if p.shares != nil {
 		p.shares.publish(m.queueMemory, m.queueCards)
 	}
