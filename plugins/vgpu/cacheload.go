@@ -20,8 +20,9 @@ import (
 // comes back makes the handlers catch up again the same way. The informers' own store
 // (the scheduler's shared pod informer) is complete once listed, so each session
 // compares the two: a node whose bound vGPU pods are not all in the session takes no
-// vGPU task, and while any such pod is missing the queue shares count too little, so
-// the plugin evicts nothing and judges no gang on free cards.
+// vGPU task, a job missing some of its pods sits the session out (sitOut), and while
+// any such pod is missing the queue shares count too little, so the plugin evicts
+// nothing and judges no gang on free cards.
 
 // cacheGaps is what the scheduler's informer store holds that the session does not.
 type cacheGaps struct {
@@ -31,6 +32,8 @@ type cacheGaps struct {
 	// elsewhere counts those whose node is not in the session (not loaded yet, or
 	// not ready) and whose job is, without them: the queue shares miss their cards.
 	elsewhere int
+	// jobs are the session's jobs that lack some of their bound vGPU pods.
+	jobs map[vapi.JobID]bool
 }
 
 // missing is how many bound vGPU pods the session lacks.
@@ -60,24 +63,52 @@ func (p *vgpuPlugin) holdsCards(pod *corev1.Pod) bool {
 // cache and are no gap. holds picks the pods that hold cards.
 func findCacheGaps(pods []*corev1.Pod, nodes map[string]*vapi.NodeInfo, jobs map[vapi.JobID]*vapi.JobInfo,
 	holds func(*corev1.Pod) bool) cacheGaps {
-	g := cacheGaps{byNode: map[string]int{}}
+	g := cacheGaps{byNode: map[string]int{}, jobs: map[vapi.JobID]bool{}}
 	for _, pod := range pods {
 		if !holds(pod) {
 			continue
 		}
+		var job *vapi.JobInfo
+		if group := pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey]; group != "" {
+			job = jobs[vapi.JobID(pod.Namespace+"/"+group)]
+		}
 		node, ok := nodes[pod.Spec.NodeName]
-		if !ok {
-			group := pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey]
-			if job, found := jobs[vapi.JobID(pod.Namespace+"/"+group)]; found && group != "" && job.Tasks[vapi.TaskID(pod.UID)] == nil {
-				g.elsewhere++
+		switch {
+		case !ok:
+			if job == nil || job.Tasks[vapi.TaskID(pod.UID)] != nil {
+				continue
 			}
+			g.elsewhere++
+		case !nodeHolds(node, pod):
+			g.byNode[node.Name]++
+		default:
 			continue
 		}
-		if t, ok := node.Tasks[vapi.PodKey(pod)]; !ok || t.UID != vapi.TaskID(pod.UID) {
-			g.byNode[node.Name]++
+		if job != nil {
+			g.jobs[job.UID] = true
 		}
 	}
 	return g
+}
+
+// nodeHolds reports whether the session's node lists the pod itself, not an earlier
+// pod of its name.
+func nodeHolds(node *vapi.NodeInfo, pod *corev1.Pod) bool {
+	t, ok := node.Tasks[vapi.PodKey(pod)]
+	return ok && t.UID == vapi.TaskID(pod.UID)
+}
+
+// sitOut takes the session's jobs that lack some of their bound vGPU pods out of it.
+// Volcano would judge such a gang on the members it has loaded, and at the session's
+// close write its PodGroup back from them: a running job with none loaded yet becomes
+// Pending with 0 running, to be written back Running a session later. After a
+// 1,000-node restart that is thousands of PodGroup writes, seconds of the first
+// sessions, and the job controller's queue behind them. Back next session, complete.
+func sitOut(ssn *framework.Session, g cacheGaps) int {
+	for id := range g.jobs {
+		delete(ssn.Jobs, id)
+	}
+	return len(g.jobs)
 }
 
 // cacheGaps finds the session's gaps against the scheduler's pod informer; it finds
@@ -98,8 +129,8 @@ func (p *vgpuPlugin) cacheGaps(ssn *framework.Session) cacheGaps {
 	}
 	g := findCacheGaps(pods, ssn.Nodes, ssn.Jobs, p.holdsCards)
 	if n := g.missing(); n > 0 {
-		klog.V(2).InfoS("The scheduler's cache does not hold every bound vGPU pod yet; nodes missing some take no vGPU task, and no vGPU pod is evicted this session",
-			"missingPods", n, "nodesMissingPods", len(g.byNode), "onNodesNotInSession", g.elsewhere)
+		klog.V(2).InfoS("The scheduler's cache does not hold every bound vGPU pod yet; nodes and jobs missing some sit this session out, and no vGPU pod is evicted",
+			"missingPods", n, "nodesMissingPods", len(g.byNode), "onNodesNotInSession", g.elsewhere, "jobsMissingPods", len(g.jobs))
 	}
 	return g
 }

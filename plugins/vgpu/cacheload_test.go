@@ -3,11 +3,13 @@ package vgpu
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"volcano.sh/apis/pkg/apis/scheduling"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -55,6 +57,7 @@ func TestFindCacheGaps(t *testing.T) {
 		jobs[id] = vapi.NewJobInfo(id)
 	}
 	jobs[vapi.JobID("ns/pg-away-held")].AddTaskInfo(vapi.NewTaskInfo(awayHeld))
+	jobs["ns/pg-missing"] = vapi.NewJobInfo("ns/pg-missing")
 
 	pods := []*corev1.Pod{held, missing, recreated, finished, unassigned, cpu, pending, away, foreign, awayHeld}
 	g := findCacheGaps(pods, map[string]*vapi.NodeInfo{"n1": n1}, jobs, p.holdsCards)
@@ -67,6 +70,9 @@ func TestFindCacheGaps(t *testing.T) {
 	if g.missing() != 3 {
 		t.Errorf("missing = %d, want 3", g.missing())
 	}
+	if len(g.jobs) != 2 || !g.jobs["ns/pg-missing"] || !g.jobs["ns/pg-away"] {
+		t.Errorf("jobs = %v, want the session's two that lack a pod: ns/pg-missing, ns/pg-away", g.jobs)
+	}
 }
 
 // lagging runs one allocate session over a scheduler cache whose event handlers have
@@ -75,23 +81,28 @@ func TestFindCacheGaps(t *testing.T) {
 // node's only 40960-MiB card; a pending pod asks for 30000 MiB more. listed says
 // whether the scheduler's pod informer holds the running pod (without it the plugin
 // cannot see the gap: the control).
-func lagging(t *testing.T, listed, caughtUp bool) (placed map[string]*api.PodAssignment, p *vgpuPlugin) {
+func lagging(t *testing.T, listed, caughtUp bool) lagged {
 	t.Helper()
+	var out lagged
 	testSched = NewScheduler()
-	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", util.NewFakeBinder(10), util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil)
+	writes := &podGroupWrites{}
+	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", util.NewFakeBinder(10), util.NewFakeEvictor(0), writes, nil, nil)
 	sc.AddOrUpdateNode(gpuNode("n1", 1, "NVIDIA A100", 40960))
 	sc.AddQueueV1beta1(util.BuildQueue("q1", 1, nil))
 	running := runningOn("running", "n1", api.QoSFixedShare, "GPU-n1-0")
 	running.UID = types.UID("uid-running")
 	running.Annotations[api.AnnotationAssignment] = strings.Replace(running.Annotations[api.AnnotationAssignment],
 		`"memoryMiB":10000`, `"memoryMiB":30000`, 1)
-	sc.AddPodGroupV1beta1(podGroup("pg-running", 1))
+	// Its PodGroup as the scheduler before this one left it.
+	pgRunning := podGroup("pg-running", 1)
+	pgRunning.Status.Phase, pgRunning.Status.Running = schedulingv1beta1.PodGroupRunning, 1
+	sc.AddPodGroupV1beta1(pgRunning)
 	sc.AddPodGroupV1beta1(podGroup("pg-new", 1))
 	sc.AddPod(vgpuPod("new", "pg-new", 1, 30000, 30, nil))
 	if caughtUp {
 		sc.AddPod(running)
 	}
-	uthelper.RegisterPlugins(builders(&p))
+	uthelper.RegisterPlugins(builders(&out.p))
 	t.Cleanup(framework.CleanupPluginBuilders)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
@@ -104,16 +115,49 @@ func lagging(t *testing.T, listed, caughtUp bool) (placed map[string]*api.PodAss
 	}
 
 	ssn := framework.OpenSession(sc, tiers(true, nil), nil)
-	defer framework.CloseSession(ssn)
 	act := allocate.New()
 	act.Initialize()
 	act.Execute(ssn)
 	act.UnInitialize()
-	return taskAssignments(t, ssn), p
+	out.jobs = map[vapi.JobID]bool{}
+	for id := range ssn.Jobs {
+		out.jobs[id] = true
+	}
+	out.placed = taskAssignments(t, ssn)
+	framework.CloseSession(ssn)
+	out.writes = writes.byName
+	return out
+}
+
+type lagged struct {
+	placed map[string]*api.PodAssignment
+	p      *vgpuPlugin
+	// jobs are the session's jobs after it opened; writes, the PodGroup phases its
+	// close wrote, by PodGroup name.
+	jobs   map[vapi.JobID]bool
+	writes map[string]scheduling.PodGroupPhase
+}
+
+// podGroupWrites records the PodGroup statuses a session writes.
+type podGroupWrites struct {
+	util.FakeStatusUpdater
+	mu     sync.Mutex
+	byName map[string]scheduling.PodGroupPhase
+}
+
+func (w *podGroupWrites) UpdatePodGroup(pg *vapi.PodGroup) (*vapi.PodGroup, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byName == nil {
+		w.byName = map[string]scheduling.PodGroupPhase{}
+	}
+	w.byName[pg.Name] = pg.Status.Phase
+	return pg, nil
 }
 
 func TestNodeWithPodsNotYetInTheCacheTakesNoVGPUTask(t *testing.T) {
-	placed, p := lagging(t, true, false)
+	r := lagging(t, true, false)
+	placed, p, jobs := r.placed, r.p, r.jobs
 	if a := placed["new"]; a != nil {
 		t.Fatalf("the new pod got %+v on a card whose running pod the cache had not loaded: double-booked", a)
 	}
@@ -126,18 +170,31 @@ func TestNodeWithPodsNotYetInTheCacheTakesNoVGPUTask(t *testing.T) {
 	if n := testutil.ToFloat64(p.metrics.notInCache); n != 1 {
 		t.Errorf("tessera_scheduler_vgpu_pods_not_in_cache = %v, want 1", n)
 	}
+	// The running pod's job sat the session out: Volcano would have written its
+	// PodGroup back from no members at the session's close.
+	if jobs["ns/pg-running"] || !jobs["ns/pg-new"] {
+		t.Errorf("session jobs = %v, want ns/pg-new without ns/pg-running", jobs)
+	}
+	if phase, written := r.writes["pg-running"]; written {
+		t.Errorf("the running job's PodGroup was written back %s from a cache that lacked its pod", phase)
+	}
 }
 
 func TestWithoutTheInformerTheLaggingCacheDoubleBooks(t *testing.T) {
 	// The control for the test above: the window is real.
-	placed, _ := lagging(t, false, false)
-	if placed["new"] == nil {
+	r := lagging(t, false, false)
+	if r.placed["new"] == nil {
 		t.Fatal("expected the double booking the cache check prevents; the test above proves nothing")
+	}
+	// And Volcano writes the running job's PodGroup back Pending: it sees none of its members.
+	if phase := r.writes["pg-running"]; phase != scheduling.PodGroupPending {
+		t.Errorf("the running job's PodGroup was written %q, want the Pending the job's sitting out prevents", phase)
 	}
 }
 
 func TestCaughtUpCacheIsNoGap(t *testing.T) {
-	placed, p := lagging(t, true, true)
+	r := lagging(t, true, true)
+	placed, p, jobs := r.placed, r.p, r.jobs
 	if placed["new"] != nil {
 		t.Fatal("the new pod was placed on a full card")
 	}
@@ -147,12 +204,15 @@ func TestCaughtUpCacheIsNoGap(t *testing.T) {
 	if mem, _, _ := usedCards(p, "n1"); mem != 30000 {
 		t.Errorf("n1 holds %d MiB, want the running pod's 30000", mem)
 	}
+	if !jobs["ns/pg-running"] {
+		t.Errorf("session jobs = %v, want ns/pg-running back", jobs)
+	}
 }
 
 // While the cache lacks a bound vGPU pod, the queue shares and the free cards are not
 // known: the plugin evicts nothing and keeps no gang out on them.
 func TestLoadingCacheEvictsNothingAndRefusesNoGang(t *testing.T) {
-	_, p := lagging(t, true, false)
+	p := lagging(t, true, false).p
 	if p.cacheMissing == 0 {
 		t.Fatal("the session saw no gap")
 	}

@@ -171,6 +171,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	p.templates.start(ssn.VCClient())
 	gaps := p.cacheGaps(ssn)
 	p.cacheMissing = gaps.missing()
+	sitOut(ssn, gaps)
 	p.ledger = p.buildLedger(ssn, gaps.byNode)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {
@@ -220,7 +221,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	p.metrics.open.Observe(took.Seconds())
 	nodes, unusable, _ := p.ledger.counts()
 	klog.V(3).InfoS("vgpu session opened", "nodes", nodes, "unusableNodes", unusable,
-		"inFlight", p.store.len(), "droppedInFlight", dropped, "podsNotInCache", p.cacheMissing, "staleAssignmentsDropped", scrubbed,
+		"inFlight", p.store.len(), "droppedInFlight", dropped, "podsNotInCache", p.cacheMissing, "jobsSittingOut", len(gaps.jobs), "staleAssignmentsDropped", scrubbed,
 		"duration", took)
 }
 
