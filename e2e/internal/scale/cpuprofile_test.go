@@ -171,13 +171,13 @@ func TestWriteCPUPerPodSetsTesseraBesideTheFloor(t *testing.T) {
 
 func TestRestartRowTellsAdmissionFromPlacing(t *testing.T) {
 	rs := []*Result{
-		{Mode: Floor, RestartJobs: 20, RestartFirst: 5.6, RestartAll: 6.0, RestartCreated: 3.1},
+		{Mode: Floor, RestartJobs: 20, RestartFirst: 5.6, RestartAll: 6.0, RestartCreated: 3.1, RestartPodGroupWrites: 4127},
 		{Mode: Tessera, RestartJobs: 20, RestartFirst: -1, RestartAll: -1, RestartCreated: -1},
 		{Mode: DeviceShare, RestartJobs: 20, RestartFirst: 9.8, RestartAll: 10.0}, // saved before the figure
 	}
 	var b strings.Builder
 	WriteTable(&b, rs)
-	for _, want := range []string{"5.6 s / 6.0 s (20 pods; first created 3.1 s)", "never / never (20 pods; first created never)",
+	for _, want := range []string{"5.6 s / 6.0 s (20 pods; first created 3.1 s; 4127 PodGroup writes)", "never / never (20 pods; first created never)",
 		"9.8 s / 10.0 s (20 pods)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, b.String())

@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,10 @@ type Result struct {
 	RestartJobs              int
 	RestartFirst, RestartAll float64
 	RestartCreated           float64 `json:",omitempty"`
+	// RestartPodGroupWrites is how many PodGroup writes the API server served from
+	// just before the kill to the last new pod bound (the restarted scheduler's
+	// session closes, and Volcano's controllers for the new jobs).
+	RestartPodGroupWrites float64 `json:",omitempty"`
 	// Crash (CrashAt): pods bound when the scheduler was killed, and seconds from its
 	// new start to the next pod bound (-1: none was). The session figures are the
 	// restarted scheduler's alone; CPU is both processes'.
@@ -497,6 +502,8 @@ func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Confi
 // start to bind them: the time to rebuild its view (and Tessera's card ledger) of every
 // running pod and resume placing.
 func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, res *Result) error {
+	// The count of PodGroup writes is a diagnosis: a run does not end on it.
+	writes0, werr := PodGroupWrites(ctx, c.Client)
 	c.KillScheduler()
 	jobs := make([]JobSpec, cfg.Restart)
 	for i := range jobs {
@@ -562,6 +569,11 @@ func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, r
 			res.RestartAll = ts[len(ts)-1].Sub(started).Seconds()
 			break
 		}
+	}
+	if writes1, err := PodGroupWrites(ctx, c.Client); err == nil && werr == nil {
+		res.RestartPodGroupWrites = writes1 - writes0
+	} else {
+		fmt.Fprintf(cfg.Progress, "  PodGroup writes: %v\n", errors.Join(werr, err))
 	}
 	// The restarted scheduler must not over-commit either.
 	if cfg.Mode != Floor {

@@ -96,7 +96,11 @@ func WriteTable(w io.Writer, rs []*Result) {
 		if r.RestartCreated != 0 { // results saved before the figure existed have none
 			created = "; first created " + secs(r.RestartCreated)
 		}
-		return fmt.Sprintf("%s / %s (%d pods%s)", secs(r.RestartFirst), secs(r.RestartAll), r.RestartJobs, created)
+		writes := ""
+		if r.RestartPodGroupWrites > 0 {
+			writes = fmt.Sprintf("; %.0f PodGroup writes", r.RestartPodGroupWrites)
+		}
+		return fmt.Sprintf("%s / %s (%d pods%s%s)", secs(r.RestartFirst), secs(r.RestartAll), r.RestartJobs, created, writes)
 	})
 	if slices.ContainsFunc(rs, func(r *Result) bool { return r.CrashBound > 0 }) {
 		col("Crash mid-burst: pods bound when killed; next bind after its new start", func(r *Result) string {
