@@ -24,8 +24,8 @@ func PodGroupWrites(ctx context.Context, client kubernetes.Interface) (float64, 
 	return countWrites(bytes.NewReader(b), "podgroups")
 }
 
-// countWrites sums apiserver_request_total over the UPDATE and PATCH requests of one
-// resource, in Prometheus text exposition.
+// countWrites sums apiserver_request_total over the PUT (update) and PATCH requests of
+// one resource, in Prometheus text exposition (the metric's verb label is the HTTP one).
 func countWrites(r io.Reader, resource string) (float64, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -35,7 +35,7 @@ func countWrites(r io.Reader, resource string) (float64, error) {
 		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="`+resource+`"`) {
 			continue
 		}
-		if !strings.Contains(line, `verb="UPDATE"`) && !strings.Contains(line, `verb="PATCH"`) {
+		if !strings.Contains(line, `verb="PUT"`) && !strings.Contains(line, `verb="PATCH"`) {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
