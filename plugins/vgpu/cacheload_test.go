@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +82,7 @@ func TestFindCacheGaps(t *testing.T) {
 // node's only 40960-MiB card; a pending pod asks for 30000 MiB more. listed says
 // whether the scheduler's pod informer holds the running pod (without it the plugin
 // cannot see the gap: the control).
-func lagging(t *testing.T, listed, caughtUp bool) lagged {
+func lagging(t *testing.T, listed, caughtUp bool, setup ...func(*cache.SchedulerCache)) lagged {
 	t.Helper()
 	var out lagged
 	testSched = NewScheduler()
@@ -101,6 +102,9 @@ func lagging(t *testing.T, listed, caughtUp bool) lagged {
 	sc.AddPod(vgpuPod("new", "pg-new", 1, 30000, 30, nil))
 	if caughtUp {
 		sc.AddPod(running)
+	}
+	for _, f := range setup {
+		f(sc)
 	}
 	uthelper.RegisterPlugins(builders(&out.p))
 	t.Cleanup(framework.CleanupPluginBuilders)
@@ -271,5 +275,27 @@ func BenchmarkFindCacheGaps(b *testing.B) {
 		if g := findCacheGaps(pods, nodes, nil, p.holdsCards); g.missing() != 0 {
 			b.Fatalf("found %d missing", g.missing())
 		}
+	}
+}
+
+// A job sitting out is not gone: the in-flight assignment of its member this scheduler
+// has just bound (in the cache, its annotation not yet back) stays, or the next session
+// would book that member's cards again.
+func TestJobSittingOutKeepsItsInFlightAssignment(t *testing.T) {
+	flying := vgpuPod("flying", "pg-running", 1, 8000, 20, nil)
+	flying.UID = "uid-flying"
+	flying.Spec.NodeName = "n1"
+	flying.Status.Phase = corev1.PodRunning
+	r := lagging(t, true, false, func(sc *cache.SchedulerCache) {
+		sc.AddPod(flying)
+		testSched.store.put(flying.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n1", QoS: api.QoSFixedShare,
+			Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n1-0", MemoryMiB: 8000, Cores: 20}}}}},
+			time.Now())
+	})
+	if r.jobs["ns/pg-running"] {
+		t.Fatal("the job lacking its running pod did not sit the session out")
+	}
+	if _, kept := testSched.store.get(flying.UID); !kept {
+		t.Error("the in-flight assignment of a member of a job sitting out was dropped")
 	}
 }

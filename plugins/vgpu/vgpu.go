@@ -171,7 +171,6 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	p.templates.start(ssn.VCClient())
 	gaps := p.cacheGaps(ssn)
 	p.cacheMissing = gaps.missing()
-	sitOut(ssn, gaps)
 	p.ledger = p.buildLedger(ssn, gaps.byNode)
 	p.gangs = make(map[vapi.JobID]int, len(ssn.Jobs))
 	for id, job := range ssn.Jobs {
@@ -179,6 +178,8 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	}
 	dropped := p.store.reconcile(p.dec.sessionPodView(ssn), p.now(), p.args.PendingTTL)
 	scrubbed := p.scrubUnbound(ssn)
+	// After the in-flight store has read every job's pods: a job sitting out is not gone.
+	sitOut(ssn, gaps)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
 	if p.args.Weight > 0 {
