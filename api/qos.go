@@ -25,7 +25,7 @@ func ParseQoSClass(s string) (QoSClass, error) {
 	case QoSBestEffort, QoSFixedShare, QoSBurstShare:
 		return QoSClass(s), nil
 	}
-	return "", fmt.Errorf("%w: qos %q: want %s, %s or %s", ErrInvalid, s, QoSBestEffort, QoSFixedShare, QoSBurstShare)
+	return "", fmt.Errorf("%w: qos %q: want %s, %s or %s", ErrInvalid, clip(s), QoSBestEffort, QoSFixedShare, QoSBurstShare)
 }
 
 // Policy is a scoring policy for nodes or cards.
@@ -48,5 +48,5 @@ func ParsePolicy(s string) (Policy, error) {
 	case PolicyBinpack, PolicySpread, PolicyTopology:
 		return Policy(s), nil
 	}
-	return "", fmt.Errorf("%w: policy %q: want %s, %s or %s", ErrInvalid, s, PolicyBinpack, PolicySpread, PolicyTopology)
+	return "", fmt.Errorf("%w: policy %q: want %s, %s or %s", ErrInvalid, clip(s), PolicyBinpack, PolicySpread, PolicyTopology)
 }

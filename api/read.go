@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -145,63 +146,73 @@ func (d *Decoders) NodeInventory(node *corev1.Node, now time.Time, heartbeatTime
 	return nil, nil
 }
 
-// ReadPodCards reads the cards a placed pod holds and its QoS class: Tessera's
-// annotation, then Volcano's, whose pods take the class of their tessera.io/qos
-// annotation (the default when absent or unreadable: the pod is placed already) and
-// whose positional entries are named after the pod's vGPU containers in spec order.
-// ok is false when the pod carries neither.
-func ReadPodCards(pod *corev1.Pod) (cs []ContainerAssignment, qos QoSClass, ok bool, err error) {
-	return (*Decoders)(nil).PodCards(pod)
+// ErrNoAssignment is wrapped when a pod carries neither Tessera's assignment nor
+// Volcano's vgpu-ids-new.
+var ErrNoAssignment = errors.New("no card assignment")
+
+// ReadPodAssignment is the one reader of a placed pod's cards, used by the scheduler,
+// the node agent, the webhook and the CLI alike: Tessera's annotation, or else
+// Volcano's vgpu-ids-new read positionally over the pod's vGPU containers (by the
+// configured resource names) in spec order, with the class of the pod's tessera.io/qos
+// annotation and the node of volcano.sh/vgpu-node (else the pod's own). It wraps
+// ErrNoAssignment when the pod carries neither. It decodes; it does not judge whether
+// the scheduler wrote the assignment (the agent's trust checks do).
+func ReadPodAssignment(pod *corev1.Pod, names ResourceNames) (*PodAssignment, error) {
+	return (*Decoders)(nil).PodAssignment(pod, names)
 }
 
-// PodCards is ReadPodCards through the memo.
-func (d *Decoders) PodCards(pod *corev1.Pod) (cs []ContainerAssignment, qos QoSClass, ok bool, err error) {
+// PodAssignment is ReadPodAssignment through the memo.
+func (d *Decoders) PodAssignment(pod *corev1.Pod, names ResourceNames) (*PodAssignment, error) {
 	if s, found := pod.Annotations[AnnotationAssignment]; found {
-		a, err := d.Assignment(s)
-		if err != nil {
-			return nil, "", true, err
-		}
-		return a.Containers, a.QoS, true, nil
+		return d.Assignment(s)
 	}
-	qos, err = ParseQoSClass(pod.Annotations[AnnotationQoS])
+	s, found := pod.Annotations[VolcanoAssignedIDs]
+	if !found {
+		return nil, fmt.Errorf("%w: the pod has neither %s nor %s", ErrNoAssignment, AnnotationAssignment, VolcanoAssignedIDs)
+	}
+	per, err := cached(d, func(d *Decoders) *decodeCache[[][]CardAssignment] { return &d.volcanoCards }, s, DecodeVolcanoPodDevices)
 	if err != nil {
-		qos, err = DefaultQoS, nil
+		return nil, err
 	}
-	if s, found := pod.Annotations[VolcanoAssignedIDs]; found {
-		per, err := cached(d, func(d *Decoders) *decodeCache[[][]CardAssignment] { return &d.volcanoCards }, s, DecodeVolcanoPodDevices)
-		if err != nil {
-			return nil, "", true, err
-		}
-		names := vgpuContainerNames(pod)
-		for i, cards := range per {
-			name := fmt.Sprintf("#%d", i)
-			if i < len(names) {
-				name = names[i]
-			}
-			cs = append(cs, ContainerAssignment{Name: name, Cards: cards})
-		}
-		return cs, qos, true, nil
+	reqs, err := names.ContainerRequests(pod)
+	if err != nil {
+		return nil, err
 	}
-	return nil, "", false, nil
+	if len(per) != len(reqs) {
+		return nil, fmt.Errorf("%w: %s: %d container entries for %d vGPU containers", ErrInvalid, VolcanoAssignedIDs, len(per), len(reqs))
+	}
+	qos, err := ParseQoSClass(pod.Annotations[AnnotationQoS])
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationQoS, err)
+	}
+	node := pod.Annotations[VolcanoAssignedNode]
+	if node == "" {
+		node = pod.Spec.NodeName
+	}
+	a := &PodAssignment{Version: AssignmentVersion, Node: node, QoS: qos}
+	for i, r := range reqs {
+		if len(per[i]) != r.Cards {
+			return nil, fmt.Errorf("%w: %s: container %q has %d cards, requests %d", ErrInvalid, VolcanoAssignedIDs, r.Name, len(per[i]), r.Cards)
+		}
+		a.Containers = append(a.Containers, ContainerAssignment{Name: r.Name, Cards: per[i]})
+	}
+	return a, nil
+}
+
+// PodCards is PodAssignment as the ledger wants it: ok is false when the pod carries
+// no assignment at all.
+func (d *Decoders) PodCards(pod *corev1.Pod, names ResourceNames) (cs []ContainerAssignment, qos QoSClass, ok bool, err error) {
+	a, err := d.PodAssignment(pod, names)
+	if errors.Is(err, ErrNoAssignment) {
+		return nil, "", false, nil
+	}
+	if err != nil {
+		return nil, "", true, err
+	}
+	return a.Containers, a.QoS, true, nil
 }
 
 // Assignment decodes a Tessera pod assignment annotation through the memo.
 func (d *Decoders) Assignment(s string) (*PodAssignment, error) {
 	return cached(d, func(d *Decoders) *decodeCache[*PodAssignment] { return &d.assignments }, s, DecodeAssignment)
-}
-
-// vgpuContainerNames lists the containers that request Volcano's vGPU resources, in
-// spec order: the positions of Volcano's per-container grammar.
-func vgpuContainerNames(pod *corev1.Pod) []string {
-	names := DefaultResourceNames()
-	var out []string
-	for _, c := range pod.Spec.Containers {
-		for _, r := range []corev1.ResourceName{names.Number, names.Memory, names.MemoryPercentage, names.Cores} {
-			if _, ok := c.Resources.Limits[r]; ok {
-				out = append(out, c.Name)
-				break
-			}
-		}
-	}
-	return out
 }

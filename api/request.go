@@ -153,7 +153,10 @@ func (n ResourceNames) containerRequest(c *corev1.Container) (ContainerRequest, 
 
 // PodOptions are the user's per-pod choices, read from annotations.
 type PodOptions struct {
+	// TypeInclude and TypeExclude are model substrings, matched ignoring case;
+	// ParsePodOptions lowers them once, so a card check folds only the model.
 	TypeInclude, TypeExclude []string
+	// UUIDInclude and UUIDExclude are card UUIDs, matched exactly.
 	UUIDInclude, UUIDExclude []string
 	// NodePolicy and CardPolicy are empty when the pod does not override the defaults.
 	NodePolicy, CardPolicy Policy
@@ -161,18 +164,53 @@ type PodOptions struct {
 	QoS                    QoSClass
 }
 
+// The most a card filter annotation (tessera.io/gpu-{type,uuid}-{include,exclude} and
+// their nvidia.com fallbacks) may list. Tenants write these, and every entry is tried
+// against every card of every node the pod is tried on, every session: unbounded, the
+// API server's 256 KiB annotation limit held 87,381 entries, milliseconds a card check
+// and minutes of scheduler CPU a session at 1,000 nodes.
+//   - 64 entries: a UUID list of 64 pins or avoids eight 8-GPU nodes' cards (a wider
+//     choice is a node selector's job), and no cluster mixes 64 card models.
+//   - 4 KiB: a card UUID is 40 bytes (GPU- and 36), a MIG device's at most 50
+//     (MIG-GPU-<uuid>/<gi>/<ci>), so 64 of the longest fit with ", " between them;
+//     a model name is at most 96 bytes (NVML's buffer), and a substring of it less.
+//
+// At the limits a card check costs a few microseconds (BenchmarkCardFilter in
+// placement), and a refused value costs one pass over its bytes at parse time.
+const (
+	MaxFilterEntries = 64
+	MaxFilterBytes   = 4 << 10
+)
+
 // ParsePodOptions reads the user annotations. A malformed value is an error naming the
 // annotation: Tessera never ignores what a user asked for.
 func ParsePodOptions(ann map[string]string) (PodOptions, error) {
 	var o PodOptions
-	o.TypeInclude = splitList(firstOf(ann, AnnotationGPUTypeInclude, NvidiaUseGPUType))
-	o.TypeExclude = splitList(firstOf(ann, AnnotationGPUTypeExclude, NvidiaNoUseGPUType))
-	o.UUIDInclude = splitList(firstOf(ann, AnnotationGPUUUIDInclude, NvidiaUseGPUUUID))
-	o.UUIDExclude = splitList(firstOf(ann, AnnotationGPUUUIDExclude, NvidiaNoUseGPUUUID))
-	for _, k := range []string{AnnotationGPUTypeInclude, AnnotationGPUTypeExclude, AnnotationGPUUUIDInclude, AnnotationGPUUUIDExclude} {
-		if v, ok := ann[k]; ok && len(splitList(v)) == 0 {
-			return o, fmt.Errorf("%w: annotation %s: %q lists nothing", ErrInvalid, k, v)
+	filters := [...]struct {
+		dst          *[]string
+		key, volcano string
+		fold         bool
+	}{
+		{&o.TypeInclude, AnnotationGPUTypeInclude, NvidiaUseGPUType, true},
+		{&o.TypeExclude, AnnotationGPUTypeExclude, NvidiaNoUseGPUType, true},
+		{&o.UUIDInclude, AnnotationGPUUUIDInclude, NvidiaUseGPUUUID, false},
+		{&o.UUIDExclude, AnnotationGPUUUIDExclude, NvidiaNoUseGPUUUID, false},
+	}
+	for _, f := range filters {
+		key, v, ok := firstOf(ann, f.key, f.volcano)
+		if !ok {
+			continue
 		}
+		list, err := parseFilter(key, v, f.fold)
+		if err != nil {
+			return o, err
+		}
+		// An empty nvidia.com list has always read as no filter; an empty Tessera one
+		// is refused: whoever wrote it meant some cards.
+		if list == nil && key == f.key {
+			return o, fmt.Errorf("%w: annotation %s: %q lists nothing", ErrInvalid, key, clip(v))
+		}
+		*f.dst = list
 	}
 	var err error
 	if v, ok := ann[AnnotationNodePolicy]; ok {
@@ -191,7 +229,7 @@ func ParsePodOptions(ann map[string]string) (PodOptions, error) {
 			o.NUMABind = true
 		case "false":
 		default:
-			return o, fmt.Errorf("%w: annotation %s: %q, want true or false", ErrInvalid, AnnotationNUMABind, v)
+			return o, fmt.Errorf("%w: annotation %s: %q, want true or false", ErrInvalid, AnnotationNUMABind, clip(v))
 		}
 	}
 	if o.QoS, err = ParseQoSClass(ann[AnnotationQoS]); err != nil {
@@ -200,21 +238,72 @@ func ParsePodOptions(ann map[string]string) (PodOptions, error) {
 	return o, nil
 }
 
-func firstOf(ann map[string]string, keys ...string) string {
+// firstOf returns the first of keys that ann holds, and its value.
+func firstOf(ann map[string]string, keys ...string) (string, string, bool) {
 	for _, k := range keys {
 		if v, ok := ann[k]; ok {
-			return v
+			return k, v, true
 		}
 	}
-	return ""
+	return "", "", false
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
+// parseFilter splits a card filter annotation's comma list, dropping blank entries
+// (nil when none is left), and lowers each entry when fold is set. A value over
+// MaxFilterBytes or MaxFilterEntries is refused before anything is copied; the error
+// gives its size, not the value.
+func parseFilter(key, v string, fold bool) ([]string, error) {
+	if len(v) > MaxFilterBytes {
+		return nil, filterTooLong(key, v)
+	}
+	n := countEntries(v)
+	if n > MaxFilterEntries {
+		return nil, filterTooLong(key, v)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]string, 0, n)
+	for rest, more := v, true; more; {
+		var f string
+		f, rest, more = strings.Cut(rest, ",")
 		if f = strings.TrimSpace(f); f != "" {
+			if fold {
+				f = strings.ToLower(f)
+			}
 			out = append(out, f)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// filterTooLong refuses a filter list by its size. Over MaxFilterBytes it counts
+// the commas alone, which is a vectorised scan: a refused pod is read again every
+// session.
+func filterTooLong(key, v string) error {
+	n, what := 0, "in"
+	if len(v) > MaxFilterBytes {
+		n, what = strings.Count(v, ",")+1, "comma-separated in"
+	} else {
+		n = countEntries(v)
+	}
+	entries := "entries"
+	if n == 1 {
+		entries = "entry"
+	}
+	return fmt.Errorf("%w: annotation %s: %d %s %s %d bytes, want at most %d entries and %d bytes",
+		ErrInvalid, key, n, entries, what, len(v), MaxFilterEntries, MaxFilterBytes)
+}
+
+// countEntries counts the non-blank entries of a comma list without copying any.
+func countEntries(v string) int {
+	n := 0
+	for rest, more := v, true; more; {
+		var f string
+		f, rest, more = strings.Cut(rest, ",")
+		if strings.TrimSpace(f) != "" {
+			n++
+		}
+	}
+	return n
 }

@@ -56,7 +56,7 @@ func (s *Snapshot) PodView(pod *corev1.Pod) *PodView {
 	if ns, err := strconv.ParseInt(pod.Annotations[api.AnnotationAssignedAt], 10, 64); err == nil {
 		v.AssignedAt = time.Unix(0, ns).UTC().Format(time.RFC3339)
 	}
-	cs, qos, ok, err := podAssignment(pod)
+	cs, qos, ok, err := s.podAssignment(pod)
 	switch {
 	case err != nil:
 		v.Error = err.Error()

@@ -142,7 +142,7 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 			continue
 		}
 		if p.Spec.NodeName != "" {
-			if cs, _, ok, err := podAssignment(p); ok && err == nil {
+			if cs, _, ok, err := s.podAssignment(p); ok && err == nil {
 				v.Held = v.Held.Add(fairshare.Assigned(cs))
 				boundPods[v.Queue] = append(boundPods[v.Queue], p.Namespace+"/"+p.Name)
 			}

@@ -120,9 +120,10 @@ func nodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Durat
 	return inv, source, err
 }
 
-// podAssignment reads the cards a placed pod holds by the plugin's own rules.
-func podAssignment(pod *corev1.Pod) ([]api.ContainerAssignment, api.QoSClass, bool, error) {
-	return api.ReadPodCards(pod)
+// podAssignment reads the cards a placed pod holds by the plugin's own rules and
+// resource names.
+func (s *Snapshot) podAssignment(pod *corev1.Pod) ([]api.ContainerAssignment, api.QoSClass, bool, error) {
+	return (*api.Decoders)(nil).PodCards(pod, s.Args.Resources)
 }
 
 // Queue is the Volcano queue of a pod, "" when it names none.
@@ -182,7 +183,7 @@ func (s *Snapshot) nodeStates() []*nodeState {
 			if !s.Args.Resources.HasVGPURequest(p) {
 				continue
 			}
-			cs, qos, ok, err := podAssignment(p)
+			cs, qos, ok, err := s.podAssignment(p)
 			switch {
 			case err != nil:
 				st.problems = append(st.problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, err))

@@ -2,7 +2,8 @@ package placement
 
 import (
 	"slices"
-	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -216,33 +217,81 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 	return false
 }
 
-// containsFold reports whether model contains any of the substrings, ignoring case.
-// ASCII text (every model NVML reports) is compared in place, without lowering
-// copies: this runs for every card of every node a typed pod is tried on. Other text
-// is lowered, where case folding may change a character's length in bytes.
+// containsFold reports whether model contains any of the substrings, ignoring case as
+// strings.ToLower does (each rune lowered alone; a byte that is not UTF-8 reads as
+// U+FFFD). It runs for every card of every node a typed pod is tried on, so it copies
+// nothing: the model is lowered a rune at a time in place, and ParsePodOptions has
+// lowered the substrings once (lowering one again here is a compare, and keeps
+// hand-built options right). A substring is tried only where as many runes are left
+// and, at an ASCII byte, its first rune matches: one costs at most len(s) +
+// len(model)² steps, and api.MaxFilterEntries and MaxFilterBytes bound them all.
 func containsFold(subs []string, model string) bool {
-	asciiModel := isASCII(model)
+	runes := utf8.RuneCountInString(model)
 	for _, s := range subs {
-		if !asciiModel || !isASCII(s) {
-			if strings.Contains(strings.ToLower(model), strings.ToLower(s)) {
-				return true
-			}
-			continue
+		// Each rune of s is compared with one rune of model.
+		need := utf8.RuneCountInString(s)
+		if need == 0 {
+			return true // as strings.Contains
 		}
-		for i := 0; i+len(s) <= len(model); i++ {
-			if strings.EqualFold(model[i:i+len(s)], s) {
+		first := rune(lowerASCII(s[0]))
+		if s[0] >= utf8.RuneSelf {
+			first, _ = utf8.DecodeRuneInString(s)
+			first = unicode.ToLower(first)
+		}
+		for i, left := 0, runes; left >= need; left-- {
+			if c := model[i]; c < utf8.RuneSelf {
+				if rune(lowerASCII(c)) == first && hasPrefixFold(model[i:], s) {
+					return true
+				}
+				i++
+				continue
+			}
+			if hasPrefixFold(model[i:], s) {
 				return true
 			}
+			_, n := utf8.DecodeRuneInString(model[i:])
+			i += n
 		}
 	}
 	return false
 }
 
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
+// hasPrefixFold reports whether s, lowered, begins with prefix, lowered.
+func hasPrefixFold(s, prefix string) bool {
+	// ASCII runs, which every model NVML reports is, byte by byte.
+	i := 0
+	for ; i < len(prefix) && i < len(s); i++ {
+		a, b := s[i], prefix[i]
+		if a|b >= utf8.RuneSelf {
+			return hasPrefixFoldRunes(s[i:], prefix[i:])
+		}
+		if a != b && lowerASCII(a) != lowerASCII(b) {
 			return false
 		}
 	}
+	return i == len(prefix)
+}
+
+// hasPrefixFoldRunes is hasPrefixFold a rune at a time, for text beyond ASCII, where
+// lowering may change a rune's length in bytes.
+func hasPrefixFoldRunes(s, prefix string) bool {
+	for len(prefix) > 0 {
+		if len(s) == 0 {
+			return false
+		}
+		r, n := utf8.DecodeRuneInString(s)
+		p, m := utf8.DecodeRuneInString(prefix)
+		if unicode.ToLower(r) != unicode.ToLower(p) {
+			return false
+		}
+		s, prefix = s[n:], prefix[m:]
+	}
 	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

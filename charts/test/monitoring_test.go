@@ -159,9 +159,9 @@ func TestDashboardConfigMapCarriesTheDashboardFile(t *testing.T) {
 }
 
 // The agent sees the containers' processes (to leave exited ones out of used memory)
-// unless told not to.
-func TestTheAgentRunsInTheHostPIDNamespaceUnlessTurnedOff(t *testing.T) {
-	for values, want := range map[string]bool{"": true, "devicePlugin:\n  hostPID: false\n": false} {
+// only when told to: nothing else needs the host's pid namespace.
+func TestTheAgentRunsInTheHostPIDNamespaceOnlyWhenTurnedOn(t *testing.T) {
+	for values, want := range map[string]bool{"": false, "devicePlugin:\n  hostPID: true\n": true} {
 		r, err := RenderValues(t, values)
 		if err != nil {
 			t.Fatal(err)

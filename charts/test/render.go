@@ -146,6 +146,28 @@ func (r *Rendered) Get(t testing.TB, kind, name string, out runtime.Object) {
 	t.Fatalf("no %s named %s; rendered: %v", kind, name, r.Names())
 }
 
+// Has reports whether an object of kind and name was rendered.
+func (r *Rendered) Has(kind, name string) bool {
+	for _, o := range r.Objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutHooks drops the objects Helm creates only as hooks (the `helm test` pod and its
+// ServiceAccount and binding): what `helm install` leaves in the cluster.
+func (r *Rendered) WithoutHooks() *Rendered {
+	out := &Rendered{}
+	for _, o := range r.Objs {
+		if _, hook := o.GetAnnotations()["helm.sh/hook"]; !hook {
+			out.Objs = append(out.Objs, o)
+		}
+	}
+	return out
+}
+
 // Names lists kind/name of every object.
 func (r *Rendered) Names() []string {
 	var s []string

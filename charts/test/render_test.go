@@ -17,10 +17,14 @@ func TestDefaultValuesRenderEveryComponent(t *testing.T) {
 	r := MustRender(t, "")
 	want := map[string]int{
 		"ConfigMap": 2, "Deployment": 1, "DaemonSet": 1, "Service": 2, "ServiceAccount": 2,
-		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2, // + the CLI viewer role, the agent's uninstall Role
-		"PodDisruptionBudget": 1, "Pod": 1, // the scheduler's budget; the `helm test` pod
+		// + the CLI viewer and the metrics reader roles
+		"ClusterRole": 4, "ClusterRoleBinding": 2,
+		// leader election and signing (scheduler), uninstall watch and assignment keys (agent)
+		"Role": 4, "RoleBinding": 4,
+		"PodDisruptionBudget": 1, "NetworkPolicy": 2,
+		"ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
 	}
-	got := r.Kinds()
+	got := r.WithoutHooks().Kinds()
 	for k, n := range want {
 		if got[k] != n {
 			t.Errorf("%d %s objects, want %d (rendered %v)", got[k], k, n, r.Names())
@@ -36,7 +40,8 @@ func TestDefaultValuesRenderEveryComponent(t *testing.T) {
 			t.Errorf("%s/%s lacks the instance label", o.GetKind(), o.GetName())
 		}
 		ns := o.GetNamespace()
-		clusterScoped := o.GetKind() == "ClusterRole" || o.GetKind() == "ClusterRoleBinding"
+		clusterScoped := o.GetKind() == "ClusterRole" || o.GetKind() == "ClusterRoleBinding" ||
+			strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy")
 		if clusterScoped != (ns == "") || (!clusterScoped && ns != "volcano-system") {
 			t.Errorf("%s/%s has namespace %q", o.GetKind(), o.GetName(), ns)
 		}
@@ -66,9 +71,12 @@ func TestTheNodeAgentMayOnlyPatchNodesWatchAndPatchPodsAndPostEvents(t *testing.
 	r.Get(t, "ClusterRole", "gpu-tessera-vgpu-device-plugin", &cr)
 	got := flatten(cr.Rules)
 	want := map[rule]bool{
-		{"", "nodes", "get"}: true, {"", "nodes", "patch"}: true,
-		{"", "pods", "list"}: true, {"", "pods", "watch"}: true, {"", "pods", "patch"}: true,
+		// Writes kept to its own Node and that node's pods by the admission policies.
+		{"", "nodes", "get"}: true, {"", "nodes", "list"}: true, {"", "nodes", "watch"}: true, {"", "nodes", "patch"}: true,
+		{"", "pods", "get"}: true, {"", "pods", "list"}: true, {"", "pods", "watch"}: true, {"", "pods", "patch"}: true,
 		{"", "events", "create"}: true, // its Node's events (another GPU device plugin on the node)
+		// Guarded /metrics.
+		{"authentication.k8s.io", "tokenreviews", "create"}: true, {"authorization.k8s.io", "subjectaccessreviews", "create"}: true,
 	}
 	for r := range got {
 		if !want[r] {
@@ -100,10 +108,10 @@ func TestTheSchedulerHasVolcanosPermissionsAndNoWildcardOrSecret(t *testing.T) {
 	}
 	// The facts the vgpu plugin and Volcano's cache depend on.
 	for _, need := range []rule{
-		{"", "pods/binding", "create"}, {"", "pods", "watch"}, {"", "pods", "patch"}, {"", "pods/status", "update"},
+		{"", "pods/binding", "create"}, {"", "pods", "watch"}, {"", "pods", "get"}, {"", "pods/status", "update"},
 		{"", "nodes", "list"}, {"", "nodes", "watch"}, {"", "events", "create"},
 		{"scheduling.volcano.sh", "podgroups", "update"}, {"scheduling.volcano.sh", "queues", "list"},
-		{"scheduling.volcano.sh", "queues/status", "update"}, {"batch.volcano.sh", "jobs", "get"},
+		{"scheduling.volcano.sh", "queues/status", "update"},
 		{"scheduling.k8s.io", "priorityclasses", "list"}, {"nodeinfo.volcano.sh", "numatopologies", "list"},
 	} {
 		if !got[need] {
@@ -183,8 +191,13 @@ func checkAgent(t *testing.T, r *Rendered, dpDir, podResDir, stateDir, hookDir s
 		t.Errorf("hostPath volumes %v, want exactly %v", hp, want)
 	}
 	spec := ds.Spec.Template.Spec
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 1 {
+	if len(spec.Containers) < 1 || spec.Containers[0].Name != "vgpu-device-plugin" || len(spec.InitContainers) != 1 {
 		t.Fatalf("%d containers, %d init containers", len(spec.Containers), len(spec.InitContainers))
+	}
+	for _, c := range spec.Containers[1:] {
+		if c.Name != "hook-library-cleanup" {
+			t.Errorf("unexpected container %s beside the agent", c.Name)
+		}
 	}
 	agent := &spec.Containers[0]
 	m := mounts(agent)
@@ -246,7 +259,8 @@ func TestSchedulerDeploymentReadsTheGeneratedConf(t *testing.T) {
 	c := d.Spec.Template.Spec.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, want := range []string{"--scheduler-conf=/etc/volcano/volcano-scheduler.conf", "--scheduler-name=volcano",
-		"--leader-elect=true", "--leader-elect-resource-namespace=volcano-system", "--listen-address=:8080", "--enable-metrics=true"} {
+		"--leader-elect=true", "--leader-elect-resource-namespace=volcano-system", "--listen-address=127.0.0.1:8081",
+		"--tessera-metrics-auth-address=:8080", "--enable-metrics=true"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("scheduler args lack %s: %s", want, args)
 		}
@@ -266,8 +280,8 @@ func TestSchedulerDeploymentReadsTheGeneratedConf(t *testing.T) {
 
 func TestCustomValuesReachEveryObject(t *testing.T) {
 	r := MustRender(t, "testdata/custom-values.yaml")
-	if got := r.Kinds(); got["ServiceMonitor"] != 2 || got["Role"] != 1 {
-		t.Errorf("kinds %v: want 2 ServiceMonitors and only the agent's uninstall Role (no leader-election Role)", got)
+	if got := r.Kinds(); got["ServiceMonitor"] != 2 || r.Has("Role", "gpu-tessera-scheduler-leader-election") {
+		t.Errorf("kinds %v: want 2 ServiceMonitors and no leader-election Role", got)
 	}
 	checkAgent(t, r, "/data/kubelet/device-plugins", "/data/kubelet/pod-resources", "/data/tessera", "/opt/gpu/lib")
 	var ds appsv1.DaemonSet
@@ -281,7 +295,7 @@ func TestCustomValuesReachEveryObject(t *testing.T) {
 	var d appsv1.Deployment
 	r.Get(t, "Deployment", "gpu-tessera-scheduler", &d)
 	args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, want := range []string{"--scheduler-name=volcano", "--scheduler-name=gpu-batch", "--leader-elect=false", "-v=4", "--listen-address=:9090"} {
+	for _, want := range []string{"--scheduler-name=volcano", "--scheduler-name=gpu-batch", "--leader-elect=false", "-v=4", "--tessera-metrics-auth-address=:9090"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("scheduler args lack %s: %s", want, args)
 		}
@@ -401,5 +415,6 @@ var freeForm = map[string]bool{
 	"admission.podSecurityContext": true, "admission.securityContext": true,
 	"admission.nodeSelector": true, "admission.affinity": true, "admission.namespaceLabels": true,
 	"admission.objectSelector": true, "admission.tls.certManager.issuerRef": true,
-	"admission.serviceAccount.annotations": true,
+	"admission.serviceAccount.annotations": true, "devicePlugin.podSecurityContext": true,
+	"metrics.networkPolicy.namespaceSelector": true, "metrics.networkPolicy.podSelector": true,
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/agent"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
 	"github.com/tessera-gpu/tessera/internal/buildinfo"
+	"github.com/tessera-gpu/tessera/internal/metricsauth"
 )
 
 func main() {
@@ -29,10 +30,17 @@ func main() {
 	}
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
-	cfg, err := config.Load(os.Args[1:], os.LookupEnv, klogFlags)
+	authFlags := flag.NewFlagSet("metrics-auth", flag.ContinueOnError)
+	metricsAuth := authFlags.String("metrics-auth", metricsauth.ModeNone, "who may read /metrics: "+metricsauth.ModeKubernetes+
+		" (a bearer token the API server authenticates, whose user may get the non-resource URL /metrics; needs create on"+
+		" tokenreviews and subjectaccessreviews) or "+metricsauth.ModeNone+" (anyone); /healthz and /readyz stay open")
+	cfg, err := config.Load(os.Args[1:], os.LookupEnv, klogFlags, authFlags)
 	if errors.Is(err, pflag.ErrHelp) {
-		fmt.Print(config.Usage(klogFlags))
+		fmt.Print(config.Usage(klogFlags, authFlags))
 		return
+	}
+	if err == nil {
+		_, err = metricsauth.ParseMode(*metricsAuth)
 	}
 	if err != nil {
 		klog.ErrorS(err, "Bad configuration")
@@ -50,7 +58,20 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := agent.Run(ctx, cfg, agent.Deps{NVML: nvml.New(), Client: client}); err != nil {
+	deps := agent.Deps{NVML: nvml.New(), Client: client}
+	if *metricsAuth == metricsauth.ModeKubernetes && cfg.MetricsAddress != "" {
+		// The agent serves /metrics, /healthz and /readyz in memory; the port serves them
+		// through the guard (the probes without credentials).
+		inner := metricsauth.NewPipeListener()
+		deps.MetricsListener = inner
+		h := metricsauth.Handler(metricsauth.NewDelegating(client), metricsauth.Proxy(inner.Dial), "/healthz", "/readyz")
+		go func() {
+			if err := metricsauth.Serve(ctx, cfg.MetricsAddress, h); err != nil {
+				klog.ErrorS(err, "Metrics and probe endpoint unavailable")
+			}
+		}()
+	}
+	if err := agent.Run(ctx, cfg, deps); err != nil {
 		klog.ErrorS(err, "Node agent stopped")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}

@@ -103,6 +103,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err := pods.Start(ctx); err != nil {
 		return err
 	}
+	trust, err := startTrust(ctx, cfg, deps.Client)
+	if err != nil {
+		return err
+	}
 	prc, err := podresources.Dial(cfg.PodResourcesSocket, 5*time.Second)
 	if err != nil {
 		return err
@@ -110,10 +114,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	defer prc.Close()
 	uninst := watchUninstall(ctx, cfg, deps.Client, prc)
 	defer uninst.stop()
-	store := &records.Store{Root: cfg.StateDir}
+	store := &records.Store{Root: cfg.StateDir, TmpfsBytes: cfg.ContainerTmpfsSize.Value()}
 	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
-		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container},
+		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },

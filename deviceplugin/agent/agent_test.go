@@ -257,9 +257,10 @@ func admitOnePod(ctx context.Context, t *testing.T, client kubernetes.Interface,
 		t.Fatal(err)
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p",
-		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
+		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending, api.AnnotationQoS: string(qos)}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
+			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1"),
+				api.ResourceMemory: *resource.NewQuantity(memMiB, resource.DecimalSI), api.ResourceCores: *resource.NewQuantity(int64(cores), resource.DecimalSI)}}}}}}
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -77,9 +77,10 @@ func holdASlot(ctx context.Context, t *testing.T, k *kubeletsim.Kubelet, client 
 		t.Fatal(err)
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml", UID: "uid-train-0",
-		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending}},
+		Annotations: map[string]string{api.AnnotationAssignment: enc, api.AnnotationHandoff: api.HandoffPending, api.AnnotationQoS: string(api.QoSBurstShare)}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1")}}}}}}
+			Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1"), api.ResourceMemory: resource.MustParse("1024"),
+				api.ResourceCores: resource.MustParse("10")}}}}}}
 	if _, err := client.CoreV1().Pods("ml").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

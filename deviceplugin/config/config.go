@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -50,6 +51,18 @@ const (
 	// SlotTopologyNUMA advertises each slot on its card's NUMA node. Only safe where the
 	// kubelet's topologyManagerPolicy is none (docs/device-plugin.md, section 10).
 	SlotTopologyNUMA = "numa"
+)
+
+// ContainerPath is where a container finds the two files the agent gives it:
+// ContainerPath/limits.env (read-only) and ContainerPath/region (read-write). vgpu-core
+// reads its limits only from ContainerPath/limits.env, so containerDir must be this path.
+const ContainerPath = "/var/run/tessera"
+
+// Bounds of containerTmpfsSize (besides 0, which disables the tmpfs): the smallest holds
+// a region and two limits files on 64 KiB pages.
+const (
+	MinContainerTmpfsSize = 512 << 10
+	MaxContainerTmpfsSize = 64 << 20
 )
 
 // DefaultFatalXIDs are the XIDs that mean the card needs a reset or has failed. XIDs
@@ -97,7 +110,25 @@ type Config struct {
 	// deleted (helm uninstall), the agent removes the host files when it stops, if no pod
 	// holds the node's slots (deviceplugin/uninstall). Empty: the files always stay.
 	UninstallDaemonSet string `json:"uninstallDaemonSet,omitempty"`
+	// AssignmentKeys is "namespace/name" of the ConfigMap where the scheduler publishes
+	// the keys its card assignments are signed with; the agent honours only assignments
+	// that verify. Empty: signatures are not checked (the agent warns at start).
+	AssignmentKeys string `json:"assignmentKeys,omitempty"`
+	// UnsignedAssignments is what the agent does with an assignment that carries no
+	// signature at all, when AssignmentKeys is set: "refuse", or "allow" while migrating
+	// from Volcano's deviceshare, whose scheduler signs nothing.
+	UnsignedAssignments string `json:"unsignedAssignments"`
+	// ContainerTmpfsSize is the size of the tmpfs the agent mounts on each container's host
+	// directory (records.Store.TmpfsBytes); 0 mounts none. (ContainerDir must be
+	// ContainerPath; that key stays so that existing files load.)
+	ContainerTmpfsSize resource.Quantity `json:"containerTmpfsSize"`
 }
+
+// What the agent does with unsigned assignments.
+const (
+	UnsignedRefuse = "refuse"
+	UnsignedAllow  = "allow"
+)
 
 // What the agent does beside another GPU device plugin on its node.
 const (
@@ -125,7 +156,8 @@ func Default() *Config {
 		StateDir:           "/var/lib/tessera",
 		HookLibrary:        "/usr/local/tessera/lib/libvgpu.so",
 		Preload:            PreloadFile,
-		ContainerDir:       "/var/run/tessera",
+		ContainerDir:       ContainerPath,
+		ContainerTmpfsSize: resource.MustParse("1Mi"),
 		VGPULogLevel:       "warn",
 		HeartbeatInterval:  d(30 * time.Second),
 		MetricsAddress:     ":9394",
@@ -134,11 +166,12 @@ func Default() *Config {
 		GCGracePeriod:      d(10 * time.Minute),
 		Health: Health{CheckInterval: d(30 * time.Second), RecoverAfter: d(5 * time.Minute),
 			FatalXIDs: append([]uint64(nil), DefaultFatalXIDs...)},
-		OtherGPUPlugins: OtherGPUPluginsRefuse,
-		CardHandoff:     HandoffEnv,
-		CDICardKind:     "nvidia.com/gpu",
-		CDISpecDir:      "/var/run/cdi",
-		SlotTopology:    SlotTopologyNone,
+		OtherGPUPlugins:     OtherGPUPluginsRefuse,
+		UnsignedAssignments: UnsignedRefuse,
+		CardHandoff:         HandoffEnv,
+		CDICardKind:         "nvidia.com/gpu",
+		CDISpecDir:          "/var/run/cdi",
+		SlotTopology:        SlotTopologyNone,
 	}
 }
 
@@ -168,6 +201,14 @@ func (c *Config) Validate() error {
 	}
 	if c.PluginSocket == "" || filepath.Base(c.PluginSocket) != c.PluginSocket {
 		bad("pluginSocket", "%q must be a file name inside devicePluginDir", c.PluginSocket)
+	}
+	if filepath.IsAbs(c.ContainerDir) && filepath.Clean(c.ContainerDir) != ContainerPath {
+		bad("containerDir", "%q must be %s: vgpu-core reads its limits only from %s/limits.env (the key is kept so that existing files load)",
+			c.ContainerDir, ContainerPath, ContainerPath)
+	}
+	if v := c.ContainerTmpfsSize.Value(); v != 0 && (v < MinContainerTmpfsSize || v > MaxContainerTmpfsSize) {
+		bad("containerTmpfsSize", "%s (%d bytes), want 0 (no tmpfs) or 512Ki..64Mi: each container directory's tmpfs holds its region (about 290 KiB) and its limits file",
+			c.ContainerTmpfsSize.String(), v)
 	}
 	if c.Preload != PreloadFile && c.Preload != PreloadEnv {
 		bad("preload", "%q, want %s or %s", c.Preload, PreloadFile, PreloadEnv)
@@ -201,6 +242,12 @@ func (c *Config) Validate() error {
 		if ns, name, ok := strings.Cut(c.UninstallDaemonSet, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			bad("uninstallDaemonSet", "%q, want namespace/name of the agent's DaemonSet, or empty", c.UninstallDaemonSet)
 		}
+	}
+	if c.UnsignedAssignments != UnsignedRefuse && c.UnsignedAssignments != UnsignedAllow {
+		bad("unsignedAssignments", "%q, want %s or %s", c.UnsignedAssignments, UnsignedRefuse, UnsignedAllow)
+	}
+	if ns, name, ok := strings.Cut(c.AssignmentKeys, "/"); c.AssignmentKeys != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+		bad("assignmentKeys", "%q, want namespace/name of the scheduler's key ConfigMap, or empty", c.AssignmentKeys)
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)

@@ -96,6 +96,14 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 			[]string{`uninstallDaemonSet: "tessera-agent"`}},
 		{"an uninstall DaemonSet flag with an empty name is reported", "version: v1\nnodeName: n\n", []string{"--uninstall-daemonset=gpu/"},
 			[]string{`uninstallDaemonSet: "gpu/"`}},
+		{"a container directory other than vgpu-core's fixed one is refused, saying why", "version: v1\nnodeName: n\ncontainerDir: /opt/tessera\n", nil,
+			[]string{`containerDir: "/opt/tessera" must be /var/run/tessera: vgpu-core reads its limits only from /var/run/tessera/limits.env`}},
+		{"a container directory flag is checked as well", "version: v1\nnodeName: n\n", []string{"--container-dir=/run/tessera"},
+			[]string{`containerDir: "/run/tessera" must be /var/run/tessera`}},
+		{"a container tmpfs too small for a region is refused", "version: v1\nnodeName: n\ncontainerTmpfsSize: 64Ki\n", nil,
+			[]string{`containerTmpfsSize: 64Ki (65536 bytes), want 0 (no tmpfs) or 512Ki..64Mi`}},
+		{"a malformed container tmpfs size names the flag", "version: v1\nnodeName: n\n", []string{"--container-tmpfs-size=big"},
+			[]string{"--container-tmpfs-size"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,6 +115,33 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// Old files name containerDir (its one valid value) and know no containerTmpfsSize; both
+// load, and the tmpfs can be sized or turned off from every source.
+func TestContainerDirAndTmpfsSize(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		file string
+		args []string
+		env  map[string]string
+		want int64
+	}{
+		{"an old file with containerDir loads, with the default tmpfs", "version: v1\nnodeName: n\ncontainerDir: /var/run/tessera/\n", nil, nil, 1 << 20},
+		{"the file sizes the tmpfs", "version: v1\nnodeName: n\ncontainerTmpfsSize: 2Mi\n", nil, nil, 2 << 20},
+		{"the environment turns it off", "version: v1\nnodeName: n\n", nil, map[string]string{"TESSERA_DP_CONTAINER_TMPFS_SIZE": "0"}, 0},
+		{"a flag sizes it", "version: v1\nnodeName: n\n", []string{"--container-tmpfs-size=512Ki"}, nil, 512 << 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(append([]string{"--config", writeFile(t, tt.file)}, tt.args...), env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.ContainerTmpfsSize.Value(); got != tt.want {
+				t.Errorf("containerTmpfsSize = %d bytes, want %d", got, tt.want)
 			}
 		})
 	}

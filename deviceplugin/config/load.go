@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -50,7 +51,11 @@ var fields = []field{
 	{"state-dir", "host directory for per-container directories", str(func(c *Config) *string { return &c.StateDir })},
 	{"hook-library", "host path of libvgpu.so", str(func(c *Config) *string { return &c.HookLibrary })},
 	{"preload", "how the hook library is preloaded: ld-so-preload or env", str(func(c *Config) *string { return &c.Preload })},
-	{"container-dir", "where the per-container directory appears in the container", str(func(c *Config) *string { return &c.ContainerDir })},
+	{"container-dir", "where the container finds its limits file and region; must be " + ContainerPath, str(func(c *Config) *string { return &c.ContainerDir })},
+	{"container-tmpfs-size", "size of the tmpfs mounted on each container's host directory (needs CAP_SYS_ADMIN); 0 mounts none", func(c *Config, v string) (err error) {
+		c.ContainerTmpfsSize, err = resource.ParseQuantity(v)
+		return err
+	}},
 	{"vgpu-log-level", "vgpu-core log level: error, warn, info or debug", str(func(c *Config) *string { return &c.VGPULogLevel })},
 	{"heartbeat-interval", "node heartbeat annotation interval", dur(func(c *Config) *metav1.Duration { return &c.HeartbeatInterval })},
 	{"volcano-compat", "also write volcano.sh/node-vgpu-register", func(c *Config, v string) (err error) {
@@ -64,6 +69,8 @@ var fields = []field{
 	{"health-check-interval", "how often every card is queried", dur(func(c *Config) *metav1.Duration { return &c.Health.CheckInterval })},
 	{"health-recover-after", "quiet time after a fatal event before a card is healthy again", dur(func(c *Config) *metav1.Duration { return &c.Health.RecoverAfter })},
 	{"uninstall-daemonset", "namespace/name of the agent's DaemonSet: once it is deleted, host files are removed at exit if no pod holds the node's slots", str(func(c *Config) *string { return &c.UninstallDaemonSet })},
+	{"assignment-keys", "namespace/name of the ConfigMap of the scheduler's assignment verification keys; empty: signatures not checked", str(func(c *Config) *string { return &c.AssignmentKeys })},
+	{"unsigned-assignments", "with assignment-keys set, what to do with an unsigned assignment: refuse, or allow (while migrating from Volcano's deviceshare)", str(func(c *Config) *string { return &c.UnsignedAssignments })},
 	{"other-gpu-plugins", "beside another GPU device plugin on the node: refuse (serve nothing) or share", str(func(c *Config) *string { return &c.OtherGPUPlugins })},
 	{"card-handoff", "how cards reach a container: env (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices) or both", str(func(c *Config) *string { return &c.CardHandoff })},
 	{"cdi-card-kind", "CDI kind whose devices, named by card UUID, are the cards", str(func(c *Config) *string { return &c.CDICardKind })},

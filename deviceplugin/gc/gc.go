@@ -1,5 +1,5 @@
-// Package gc finishes interrupted handoffs and removes the per-container directories
-// of pods that are gone.
+// Package gc finishes interrupted handoffs, removes the per-container directories of pods
+// that are gone and cuts regions their containers grew back to a region's size.
 package gc
 
 import (
@@ -59,6 +59,7 @@ func (m *Maintainer) Once(ctx context.Context) []string {
 		klog.ErrorS(err, "Cannot list container directories")
 		return nil
 	}
+	m.store.TrimRegions(recs)
 	tracked, err := m.kubeletNames(ctx)
 	if err != nil {
 		klog.ErrorS(err, "Cannot ask the kubelet which pods it tracks; keeping every directory this pass")

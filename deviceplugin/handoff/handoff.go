@@ -7,6 +7,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
@@ -35,6 +37,8 @@ type Config struct {
 	IdentifyTimeout time.Duration
 	PollInterval    time.Duration
 	Container       hookenv.Container
+	// Trust decides which assignments are honoured; nil checks requests only (no signatures).
+	Trust *nodepods.Trust
 }
 
 // PodLookup finds pods bound to this node. Only pods the scheduler bound here are
@@ -58,9 +62,12 @@ type KubeletPods interface {
 	List(ctx context.Context) ([]*podresourcesv1.PodResources, error)
 }
 
-// Observer receives the outcome of each kubelet call; the metrics package implements it.
+// Observer receives the outcome of each kubelet call and each refused assignment; the
+// metrics package implements it.
 type Observer interface {
 	ObserveCall(call string, err error, d time.Duration)
+	// ObserveRefusal counts an assignment refused for reason (nodepods.RefusalReason).
+	ObserveRefusal(reason string)
 }
 
 // Handoff serves the kubelet's allocation calls.
@@ -72,6 +79,7 @@ type Handoff struct {
 	store    *records.Store
 	marker   Marker
 	observer Observer
+	trust    *nodepods.Trust
 	now      func() time.Time
 	// admission serialises GetPreferredAllocation and Allocate, which the kubelet itself
 	// issues one pod at a time; PreStartContainer runs concurrently.
@@ -83,7 +91,32 @@ func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, s
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	return &Handoff{cfg: cfg, cards: reg, pods: pods, kubelet: kubelet, store: store, marker: marker, observer: observer, now: time.Now}
+	trust := cfg.Trust
+	if trust == nil {
+		trust = &nodepods.Trust{}
+	}
+	if trust.CardMemoryMiB == nil {
+		t := *trust
+		t.CardMemoryMiB = func(uuid string) (int64, bool) {
+			c, ok := reg.Card(uuid)
+			return c.MemoryMiB, ok
+		}
+		trust = &t
+	}
+	return &Handoff{cfg: cfg, cards: reg, pods: pods, kubelet: kubelet, store: store, marker: marker, observer: observer, now: time.Now, trust: trust}
+}
+
+// refused counts an assignment the agent will not honour, and says why in the log (the
+// kubelet puts the call's error on the pod as an event).
+func (h *Handoff) refused(pod *corev1.Pod, err error) {
+	reason := nodepods.RefusalReason(err)
+	if errors.Is(err, ErrChanged) {
+		reason = "changed"
+	}
+	if h.observer != nil {
+		h.observer.ObserveRefusal(reason)
+	}
+	klog.V(2).InfoS("Assignment not honoured", "pod", klog.KObj(pod), "reason", reason, "err", err)
 }
 
 func (h *Handoff) observe(call string, start time.Time, err error) {

@@ -119,7 +119,8 @@ func TestAMultiContainerPodGetsEachContainerItsOwnCards(t *testing.T) {
 	for _, m := range resps["actor"].Response.Mounts {
 		mounts[m.ContainerPath] = m.HostPath
 	}
-	if !strings.HasSuffix(mounts["/var/run/tessera"], "/pods/uid-trainer/actor") || mounts["/etc/ld.so.preload"] == "" {
+	if !strings.HasSuffix(mounts["/var/run/tessera/limits.env"], "/pods/uid-trainer/actor/limits.env") ||
+		!strings.HasSuffix(mounts["/var/run/tessera/region"], "/pods/uid-trainer/actor/region") || mounts["/etc/ld.so.preload"] == "" {
 		t.Errorf("actor mounts = %v", mounts)
 	}
 }

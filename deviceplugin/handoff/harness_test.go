@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,9 +50,18 @@ type harness struct {
 	sockDir string
 	stop    context.CancelFunc
 	stopped chan struct{}
+	trust   *nodepods.Trust
+	refused map[string]int // reasons counted by the observer
+	mu      sync.Mutex
 }
 
 func newHarness(t testing.TB, lib nvml.Interface, shares int) *harness {
+	t.Helper()
+	return newHarnessWith(t, lib, shares, nil)
+}
+
+// newHarnessWith starts the agent with trust deciding which assignments it honours.
+func newHarnessWith(t testing.TB, lib nvml.Interface, shares int, trust *nodepods.Trust) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -66,7 +76,7 @@ func newHarness(t testing.TB, lib nvml.Interface, shares int) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
-	h := &harness{t: t, ctx: ctx, client: fake.NewSimpleClientset(), kubelet: k, root: t.TempDir(), sockDir: sockDir}
+	h := &harness{t: t, ctx: ctx, client: fake.NewSimpleClientset(), kubelet: k, root: t.TempDir(), sockDir: sockDir, trust: trust}
 	res, err := discovery.Discover(lib, discovery.Options{Shares: shares})
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +105,10 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	cfg := handoff.Config{Node: node, Resource: api.ResourceNumber, Names: api.DefaultResourceNames(),
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
 		Container: hookenv.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
-			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}}
+			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}, Trust: h.trust}
 	store := &records.Store{Root: h.root}
 	hd := handoff.New(cfg, reg, pods, prc, store,
-		&nodepods.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, nil)
+		&nodepods.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, &refusalCounter{h})
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: h.sockDir, SocketName: "tessera.sock",
 		Resource: api.ResourceNumber, WatchInterval: 20 * time.Millisecond}, reg, hd)
 	done := make(chan struct{})
@@ -143,7 +153,14 @@ func pod(name string, cs ...ctr) *corev1.Pod {
 	for _, c := range cs {
 		k := corev1.Container{Name: c.name}
 		if c.cards != nil {
-			k.Resources.Limits = corev1.ResourceList{api.ResourceNumber: *resource.NewQuantity(int64(len(c.cards)), resource.DecimalSI)}
+			// The spec asks for what the scheduler gave (the agent refuses more).
+			var mem int64
+			var cores int
+			for _, cc := range c.cards {
+				mem, cores = max(mem, cc.MemoryMiB), max(cores, cc.Cores)
+			}
+			k.Resources.Limits = corev1.ResourceList{api.ResourceNumber: *resource.NewQuantity(int64(len(c.cards)), resource.DecimalSI),
+				api.ResourceMemory: *resource.NewQuantity(mem, resource.DecimalSI), api.ResourceCores: *resource.NewQuantity(int64(cores), resource.DecimalSI)}
 			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.name, Cards: c.cards})
 		}
 		p.Spec.Containers = append(p.Spec.Containers, k)
@@ -220,4 +237,24 @@ func (h *harness) podOnCards(name string, cs []ctrCard) (*podT, expect) {
 		s = append(s, strconv.Itoa(c.cores))
 	}
 	return &podT{pod(name, ctr{"main", as})}, expect{strings.Join(u, ","), strings.Join(m, ","), strings.Join(s, ",")}
+}
+
+// refusalCounter is the harness's observer: it counts refused assignments by reason.
+type refusalCounter struct{ h *harness }
+
+func (r *refusalCounter) ObserveCall(string, error, time.Duration) {}
+
+func (r *refusalCounter) ObserveRefusal(reason string) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if r.h.refused == nil {
+		r.h.refused = map[string]int{}
+	}
+	r.h.refused[reason]++
+}
+
+func (h *harness) refusals(reason string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refused[reason]
 }

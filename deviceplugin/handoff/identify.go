@@ -12,7 +12,6 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 )
 
 // Refusal reasons. Each is wrapped with the pods and cards involved.
@@ -27,6 +26,8 @@ var (
 	ErrMismatch = errors.New("slots do not match the assignment")
 	// ErrUnhealthyCard: the kubelet allocates slots of a card that is unhealthy by now.
 	ErrUnhealthyCard = errors.New("unhealthy card")
+	// ErrChanged: the pod's assignment no longer says what Allocate prepared.
+	ErrChanged = errors.New("the assignment changed after the container was allocated")
 )
 
 // candidate is the next container of one pod that the kubelet will set up: the first
@@ -97,8 +98,9 @@ func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources
 	if allHolding(pod, corev1.ResourceName(h.cfg.Resource), holding) {
 		return nil, nil // fully set up: skip decoding its assignment
 	}
-	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
+	asg, err := h.trust.Read(pod, h.cfg.Node, h.cfg.Names)
 	if err != nil {
+		h.refused(pod, err)
 		return nil, err
 	}
 	reqs, err := h.cfg.Names.ContainerRequests(pod)

@@ -125,8 +125,8 @@ func (h *Handoff) owners(ctx context.Context, ids []string) ([]slotOwner, error)
 	return found, nil
 }
 
-// verify checks the kubelet's slots against Allocate's record and the assignment, and
-// returns the record with the assignment's current limits.
+// verify checks the kubelet's slots and the pod's annotation against Allocate's
+// record, and returns the record.
 func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []api.Card) (*records.Record, error) {
 	rec, err := h.store.ReadRecord(string(pod.UID), container)
 	if errors.Is(err, os.ErrNotExist) {
@@ -139,24 +139,61 @@ func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []
 		return nil, fmt.Errorf("%w: Allocate prepared this container for slots %s, the kubelet starts it with %s",
 			ErrMismatch, strings.Join(rec.SlotIDs, ","), strings.Join(ids, ","))
 	}
-	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
-	if err != nil {
-		return nil, err
-	}
-	ca := asg.Container(container)
-	if ca == nil {
-		return nil, fmt.Errorf("%w: %s has no entry for container %q", ErrMismatch, api.AnnotationAssignment, container)
-	}
+	// What Allocate recorded is what the container gets: it was checked when the
+	// kubelet admitted the pod. The annotation must still say the same, so that a pod
+	// patched after binding is refused with the reason, never run with other limits.
 	uuids := make([]string, len(got))
 	for i, c := range got {
 		uuids[i] = c.UUID
 	}
-	if !sameCards(ca.Cards, uuids) {
-		return nil, fmt.Errorf("%w: the kubelet gave cards %s, the scheduler assigned %s",
-			ErrMismatch, strings.Join(uuids, ","), strings.Join(uuidsOf(ca.Cards), ","))
+	if !sameCards(rec.Cards, uuids) {
+		return nil, fmt.Errorf("%w: the kubelet gave cards %s, Allocate prepared %s",
+			ErrMismatch, strings.Join(uuids, ","), strings.Join(uuidsOf(rec.Cards), ","))
 	}
-	rec.Cards, rec.QoS = h.indexOrder(ca.Cards), asg.QoS
+	asg, err := nodepods.ReadAssignment(pod, h.cfg.Node, h.cfg.Names)
+	if err != nil {
+		h.refused(pod, err)
+		return nil, fmt.Errorf("%w: %v", ErrChanged, err)
+	}
+	ca := asg.Container(container)
+	if ca == nil || asg.QoS != rec.QoS || !sameShares(ca.Cards, rec.Cards) {
+		err := fmt.Errorf("%w: Allocate prepared %s, the pod now says %s", ErrChanged, describeShares(rec.QoS, rec.Cards), describeContainer(asg, ca))
+		h.refused(pod, err)
+		return nil, err
+	}
 	return rec, nil
+}
+
+// sameShares reports whether two card lists give the same memory and cores on the same cards.
+func sameShares(a, b []api.CardAssignment) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	byUUID := make(map[string]api.CardAssignment, len(b))
+	for _, c := range b {
+		byUUID[c.UUID] = c
+	}
+	for _, c := range a {
+		if o, ok := byUUID[c.UUID]; !ok || o != c {
+			return false
+		}
+	}
+	return true
+}
+
+func describeShares(qos api.QoSClass, cs []api.CardAssignment) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s %d MiB %d%%", c.UUID, c.MemoryMiB, c.Cores)
+	}
+	return fmt.Sprintf("[%s] %s", strings.Join(parts, ", "), qos)
+}
+
+func describeContainer(a *api.PodAssignment, ca *api.ContainerAssignment) string {
+	if ca == nil {
+		return "no entry for the container"
+	}
+	return describeShares(a.QoS, ca.Cards)
 }
 
 // MarkIfComplete marks the handoff done once every vGPU container has been started

@@ -37,7 +37,7 @@ func TestAPodWithoutAUsableAssignmentIsRefusedAndOthersAreUnaffected(t *testing.
 			func(p *corev1.Pod) {
 				p.Spec.Containers[0].Resources.Limits[api.ResourceNumber] = *resource.NewQuantity(2, resource.DecimalSI)
 			},
-			`gives container "main" 1 cards, it requests 2`},
+			`container "main" gets 1 cards, requests 2`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,7 +4,7 @@ package hookenv
 
 import (
 	"fmt"
-	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -23,7 +23,9 @@ type Container struct {
 	// PreloadHostFile is the host file holding the library path, for config.PreloadFile.
 	PreloadHostFile string
 	Preload         string
-	// Dir is where the per-container directory is mounted in the container.
+	// Dir is ignored: a container always finds its two files under config.ContainerPath,
+	// the only place vgpu-core reads its limits from (config validation refuses any other
+	// containerDir). Deprecated: leave it empty.
 	Dir      string
 	LogLevel string
 	// Handoff is config.HandoffEnv, HandoffCDI or HandoffBoth; empty means env.
@@ -52,10 +54,16 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 		{api.EnvMemoryLimitMiB, strings.Join(mem, ",")},
 		{api.EnvSMLimit, strings.Join(sm, ",")},
 		{api.EnvQoS, string(rec.QoS)},
-		{api.EnvSharedRegion, path.Join(c.Dir, records.RegionFileName)},
+		{api.EnvSharedRegion, RegionPath},
 		{api.EnvLogLevel, c.LogLevel},
 	}
 }
+
+// Where a container finds its two files (vgpu-core's fixed paths).
+const (
+	LimitsPath = config.ContainerPath + "/" + records.LimitsFileName
+	RegionPath = config.ContainerPath + "/" + records.RegionFileName
+)
 
 // SMLimit turns an assignment's cores into vgpu-core's SM limit: 0 cores (no compute
 // reserved, as Volcano writes for memory-only requests) runs uncapped, like 100.
@@ -78,17 +86,20 @@ func (c *Container) LimitsFile(rec *records.Record) string {
 
 // Response is the kubelet's answer for one container: visible cards (as the environment,
 // CDI devices or both, by Handoff), the vgpu-core environment, the hook library and the
-// container's own directory.
+// container's two files from hostDir (its records.Store directory), each mounted alone:
+// limits.env read-only at LimitsPath and the region read-write at RegionPath. The
+// directory itself is never mounted, so nothing in the container can create, replace or
+// rename a file in it; both files exist before the container starts (records.Store).
 func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.ContainerAllocateResponse {
 	env := map[string]string{
 		// Cards are listed in PCI bus order; this makes CUDA ordinals follow it too.
 		"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-		api.EnvLimitsFile:   path.Join(c.Dir, records.LimitsFileName),
+		api.EnvLimitsFile:   LimitsPath,
 	}
 	for _, kv := range c.limitValues(rec) {
 		env[kv[0]] = kv[1]
 	}
-	mounts := []*pluginapi.Mount{{ContainerPath: c.Dir, HostPath: hostDir, ReadOnly: false}}
+	mounts := ContainerMounts(hostDir)
 	resp := &pluginapi.ContainerAllocateResponse{
 		Envs: env,
 		Annotations: map[string]string{
@@ -115,6 +126,15 @@ func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.Con
 		resp.CdiDevices = c.cardDevices(rec)
 	}
 	return resp
+}
+
+// ContainerMounts are the two single-file mounts of a container's files from its host
+// directory: the limits file read-only, the region read-write.
+func ContainerMounts(hostDir string) []*pluginapi.Mount {
+	return []*pluginapi.Mount{
+		{ContainerPath: LimitsPath, HostPath: filepath.Join(hostDir, records.LimitsFileName), ReadOnly: true},
+		{ContainerPath: RegionPath, HostPath: filepath.Join(hostDir, records.RegionFileName), ReadOnly: false},
+	}
 }
 
 // preloadPath is the dynamic loader's preload list.

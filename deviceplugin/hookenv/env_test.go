@@ -2,6 +2,7 @@ package hookenv
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -12,7 +13,11 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 )
 
-const lib = "/usr/local/tessera/lib/libvgpu.so"
+const (
+	lib    = "/usr/local/tessera/lib/libvgpu.so"
+	limits = "/var/run/tessera/limits.env"
+	region = "/var/run/tessera/region"
+)
 
 func container(handoff, preload string) *Container {
 	return &Container{HookLibrary: lib, PreloadHostFile: "/var/lib/tessera/ld.so.preload", Preload: preload,
@@ -53,15 +58,15 @@ func TestResponseHandsCardsAndHookOverTheModesPath(t *testing.T) {
 		ldPreloadEnv string
 	}{
 		{"env mode names the cards in NVIDIA_VISIBLE_DEVICES and mounts the hook", config.HandoffEnv, config.PreloadFile,
-			"GPU-b,GPU-d", nil, []string{lib, "/var/run/tessera", "/etc/ld.so.preload"}, ""},
+			"GPU-b,GPU-d", nil, []string{lib, limits, region, "/etc/ld.so.preload"}, ""},
 		{"an empty mode is env mode", "", config.PreloadEnv,
-			"GPU-b,GPU-d", nil, []string{lib, "/var/run/tessera"}, lib},
+			"GPU-b,GPU-d", nil, []string{lib, limits, region}, lib},
 		{"cdi mode names the cards and the hook as CDI devices and voids the NVIDIA variable", config.HandoffCDI, config.PreloadFile,
-			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{"/var/run/tessera"}, ""},
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits, region}, ""},
 		{"cdi mode leaves LD_PRELOAD to the spec", config.HandoffCDI, config.PreloadEnv,
-			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{"/var/run/tessera"}, ""},
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits, region}, ""},
 		{"both mode does what env does and names the cards as CDI devices", config.HandoffBoth, config.PreloadFile,
-			"GPU-b,GPU-d", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d"}, []string{lib, "/var/run/tessera", "/etc/ld.so.preload"}, ""},
+			"GPU-b,GPU-d", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d"}, []string{lib, limits, region, "/etc/ld.so.preload"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,10 +85,47 @@ func TestResponseHandsCardsAndHookOverTheModesPath(t *testing.T) {
 			}
 			// The per-container part is the same in every mode.
 			if r.Envs[api.EnvVisibleUUIDs] != "GPU-b,GPU-d" || r.Envs[api.EnvMemoryLimitMiB] != "4096,4096" ||
-				r.Envs[api.EnvLimitsFile] != "/var/run/tessera/limits.env" || r.Envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+				r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != region || r.Envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
 				t.Errorf("vgpu-core environment %v", r.Envs)
 			}
 		})
+	}
+}
+
+// The container's directory is never mounted: it gets exactly two files of it, the limits
+// file read-only and the region read-write, at vgpu-core's fixed paths, in every mode and
+// whatever the (ignored) Dir says.
+func TestResponseMountsExactlyTheLimitsFileReadOnlyAndTheRegionReadWrite(t *testing.T) {
+	want := []string{limits + " <- /var/lib/tessera/pods/u/main/limits.env ro", region + " <- /var/lib/tessera/pods/u/main/region rw"}
+	for _, handoff := range []string{config.HandoffEnv, config.HandoffCDI, config.HandoffBoth} {
+		for _, preload := range []string{config.PreloadFile, config.PreloadEnv} {
+			c := container(handoff, preload)
+			c.Dir = "/elsewhere"
+			r := c.Response(record(), "/var/lib/tessera/pods/u/main")
+			var got []string
+			for _, m := range r.Mounts {
+				if m.HostPath == lib || m.ContainerPath == "/etc/ld.so.preload" {
+					if !m.ReadOnly {
+						t.Errorf("%s/%s: %s mounted writable", handoff, preload, m.ContainerPath)
+					}
+					continue
+				}
+				rw := "rw"
+				if m.ReadOnly {
+					rw = "ro"
+				}
+				got = append(got, m.ContainerPath+" <- "+m.HostPath+" "+rw)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s/%s: the container's own mounts are %q, want exactly %q", handoff, preload, got, want)
+			}
+			if r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != region {
+				t.Errorf("%s/%s: environment points at %s and %s", handoff, preload, r.Envs[api.EnvLimitsFile], r.Envs[api.EnvSharedRegion])
+			}
+			if f := c.LimitsFile(record()); !strings.Contains(f, api.EnvSharedRegion+"="+region+"\n") {
+				t.Errorf("limits file names another region:\n%s", f)
+			}
+		}
 	}
 }
 

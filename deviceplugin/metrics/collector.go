@@ -4,7 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +51,7 @@ func newDescs(node string) descs {
 		usedMem:     d("container_gpu_memory_used_bytes", "Device memory the container's live processes hold on the card, read from vgpu-core's shared region.", container),
 		usedSM:      d("container_gpu_sm_utilization_ratio", "Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).", container),
 		capped:      d("container_gpu_sm_capped", "1 while vgpu-core meters the container's launches on the card, 0 when not.", container),
-		hookLoaded:  d("container_hook_loaded", "1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.", pod),
+		hookLoaded:  d("container_hook_loaded", "1 when vgpu-core initialised the started container's shared region (the hook library loaded), 0 when not.", pod),
 		processes:   d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
 		queue: d("container_queue_info", "1 for every vGPU container, labelled with its Volcano queue (the pod's "+queueKey+" label; empty when it has none): join on namespace, pod, container to sum use by queue.",
 			[]string{"namespace", "pod", "container", "queue"}),
@@ -67,15 +70,34 @@ type collector struct {
 	src      Sources
 	d        descs
 	hostPIDs bool
+	// errs counts regions refused or not read, by reason (tessera_agent_region_read_errors_total).
+	errs   *prometheus.CounterVec
+	budget time.Duration
+	// reader is a token: the goroutine reading a scrape's regions holds it. A read stuck in
+	// the kernel (a hung filesystem) then holds up one goroutine, however many scrapes come;
+	// scrapes meanwhile skip the regions.
+	reader chan struct{}
+	// read reads one container's region (tests replace it).
+	read func(s *usage.Sampler, path string) (usage.ContainerUsage, error)
 }
 
-func newCollector(src Sources) *collector {
-	c := &collector{src: src, d: newDescs(src.Node), hostPIDs: usage.SeesHostPIDs(src.ProcRoot)}
+func newCollector(src Sources, errs *prometheus.CounterVec) *collector {
+	c := &collector{src: src, d: newDescs(src.Node), hostPIDs: usage.SeesHostPIDs(src.ProcRoot), errs: errs,
+		budget: src.RegionReadBudget, reader: make(chan struct{}, 1), read: readRegion}
+	if c.budget <= 0 {
+		c.budget = DefaultRegionReadBudget
+	}
+	c.reader <- struct{}{}
 	if !c.hostPIDs {
 		klog.InfoS("Metrics: the agent does not see the host's processes (hostPID off); containers' GPU memory includes processes that exited without freeing until the container reclaims it",
 			"procRoot", src.ProcRoot)
 	}
 	return c
+}
+
+func readRegion(s *usage.Sampler, path string) (usage.ContainerUsage, error) {
+	u, _, err := s.Container(path)
+	return u, err
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -97,29 +119,36 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		klog.ErrorS(err, "Metrics: cannot read container records")
 	}
-	sampler := usage.NewSampler(c.src.ProcRoot, c.hostPIDs)
+	var live []*records.Record
 	for uid, rs := range recs {
-		if !c.src.Pods.Exists(types.UID(uid)) {
-			continue // gone; its directory waits for garbage collection
+		if c.src.Pods.Exists(types.UID(uid)) {
+			live = append(live, rs...)
+		} // else gone; its directory waits for garbage collection
+	}
+	sort.Slice(live, func(i, j int) bool {
+		if live[i].UID != live[j].UID {
+			return live[i].UID < live[j].UID
 		}
-		for _, r := range rs {
-			gauge(ch, c.d.queue, 1, r.Namespace, r.Pod, r.Container, c.queueOf(r))
-			u := c.containerUsage(ch, sampler, r)
-			for i, card := range r.Cards {
-				assignedMem[card.UUID] += float64(card.MemoryMiB) * mib
-				assignedSM[card.UUID] += float64(hookenv.SMLimit(card.Cores)) / 100
-				labels := []string{r.Namespace, r.Pod, r.Container, card.UUID, index[card.UUID]}
-				gauge(ch, c.d.limitMem, float64(card.MemoryMiB)*mib, labels...)
-				gauge(ch, c.d.limitSM, float64(hookenv.SMLimit(card.Cores))/100, labels...)
-				if u == nil || i >= usage.MaxCards {
-					continue
-				}
-				cu := u.Cards[i] // the region's cards are the container's CUDA ordinals: the record's order
-				gauge(ch, c.d.usedMem, float64(cu.UsedBytes), labels...)
-				gauge(ch, c.d.capped, boolValue(cu.Capped), labels...)
-				if cu.Measured {
-					gauge(ch, c.d.usedSM, cu.SMRatio, labels...)
-				}
+		return live[i].Container < live[j].Container
+	})
+	usages := c.readRegions(live)
+	for k, r := range live {
+		gauge(ch, c.d.queue, 1, r.Namespace, r.Pod, r.Container, c.queueOf(r))
+		u := c.containerUsage(ch, r, usages[k])
+		for i, card := range r.Cards {
+			assignedMem[card.UUID] += float64(card.MemoryMiB) * mib
+			assignedSM[card.UUID] += float64(hookenv.SMLimit(card.Cores)) / 100
+			labels := []string{r.Namespace, r.Pod, r.Container, card.UUID, index[card.UUID]}
+			gauge(ch, c.d.limitMem, float64(card.MemoryMiB)*mib, labels...)
+			gauge(ch, c.d.limitSM, float64(hookenv.SMLimit(card.Cores))/100, labels...)
+			if u == nil || i >= usage.MaxCards {
+				continue
+			}
+			cu := u.Cards[i] // the region's cards are the container's CUDA ordinals: the record's order
+			gauge(ch, c.d.usedMem, float64(cu.UsedBytes), labels...)
+			gauge(ch, c.d.capped, boolValue(cu.Capped), labels...)
+			if cu.Measured {
+				gauge(ch, c.d.usedSM, cu.SMRatio, labels...)
 			}
 		}
 	}
@@ -133,35 +162,113 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// containerUsage reads a container's region: nil when there is none to read. A started
-// container without a region has not loaded the hook library (or never touched CUDA).
-func (c *collector) containerUsage(ch chan<- prometheus.Metric, s *usage.Sampler, r *records.Record) *usage.ContainerUsage {
+// regionRead is what reading one container's region gave.
+type regionRead struct {
+	u   usage.ContainerUsage
+	err error
+}
+
+// errNotRead is the result of a region the scrape had no time left for.
+var errNotRead = errors.New("not read within the scrape's time for regions")
+
+// readRegions reads the regions of recs, in order, in one goroutine (one usage.Sampler:
+// one scan of the host's processes at most), and waits for it at most the scrape's
+// budget: regions not read by then are errNotRead. The files are opened so that none can
+// block (usage.ReadFile), so only a stuck filesystem or a slow host makes the budget
+// matter; the goroutine stops at the first region after the budget, and while it is stuck
+// later scrapes read no region at all.
+func (c *collector) readRegions(recs []*records.Record) []regionRead {
+	out := make([]regionRead, len(recs))
+	for i := range out {
+		out[i].err = errNotRead
+	}
+	if len(recs) == 0 {
+		return out
+	}
+	select {
+	case <-c.reader:
+	default:
+		klog.V(2).InfoS("Metrics: an earlier scrape's region read has not returned; this scrape reads no region")
+		return out
+	}
+	paths := make([]string, len(recs))
+	for i, r := range recs {
+		paths[i] = filepath.Join(c.src.Store.ContainerDir(r.UID, r.Container), records.RegionFileName)
+	}
+	type indexed struct {
+		i   int
+		res regionRead
+	}
+	results := make(chan indexed, len(paths)) // never blocks the reader
+	var expired atomic.Bool
+	go func() {
+		defer func() { c.reader <- struct{}{} }()
+		s := usage.NewSampler(c.src.ProcRoot, c.hostPIDs)
+		for i, p := range paths {
+			if expired.Load() {
+				return
+			}
+			u, err := c.read(s, p)
+			results <- indexed{i, regionRead{u, err}}
+		}
+	}()
+	timer := time.NewTimer(c.budget)
+	defer timer.Stop()
+	for n := 0; n < len(paths); n++ {
+		select {
+		case r := <-results:
+			out[r.i] = r.res
+		case <-timer.C:
+			expired.Store(true)
+			return out
+		}
+	}
+	return out
+}
+
+// containerUsage reports what reading a container's region gave: its usage, nil when
+// there is none to report. A started container whose region no process initialised has
+// not loaded the hook library (or never touched CUDA). A region refused or not read is
+// counted by reason; the reasons are fixed words, never anything from the region.
+func (c *collector) containerUsage(ch chan<- prometheus.Metric, r *records.Record, res regionRead) *usage.ContainerUsage {
 	labels := []string{r.Namespace, r.Pod, r.Container}
-	path := filepath.Join(c.src.Store.ContainerDir(r.UID, r.Container), records.RegionFileName)
-	u, _, err := s.Container(path)
+	err := res.err
+	hook := func(v float64) {
+		if r.Started != nil {
+			gauge(ch, c.d.hookLoaded, v, labels...)
+		}
+	}
+	refused := func(reason string) {
+		c.errs.WithLabelValues(reason).Inc()
+		klog.V(2).InfoS("Metrics: cannot read a container's shared region", "pod", klog.KRef(r.Namespace, r.Pod),
+			"container", r.Container, "reason", reason, "err", err)
+	}
 	switch {
 	case err == nil:
-		if r.Started != nil {
-			gauge(ch, c.d.hookLoaded, 1, labels...)
-		}
+		hook(1)
 		gauge(ch, c.d.regionReadable, 1, labels...)
-		gauge(ch, c.d.processes, float64(u.LiveProcs), labels...)
-		return &u
+		gauge(ch, c.d.processes, float64(res.u.LiveProcs), labels...)
+		return &res.u
+	case errors.Is(err, errNotRead):
+		refused(ReasonTimeout)
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, usage.ErrNotRegion):
-		if r.Started != nil {
-			gauge(ch, c.d.hookLoaded, 0, labels...)
-		}
-		return nil
-	default:
-		// Another layout version or an unreadable file: the hook library is there.
-		klog.V(2).InfoS("Metrics: cannot read a container's shared region", "pod", klog.KRef(r.Namespace, r.Pod),
-			"container", r.Container, "err", err)
-		if r.Started != nil {
-			gauge(ch, c.d.hookLoaded, 1, labels...)
-		}
+		hook(0)
+	case errors.Is(err, usage.ErrLayout):
+		// Another layout version: the hook library is there, of another release.
+		refused(ReasonLayout)
+		hook(1)
 		gauge(ch, c.d.regionReadable, 0, labels...)
-		return nil
+	case errors.Is(err, usage.ErrNotRegularFile):
+		refused(ReasonNotRegularFile)
+		gauge(ch, c.d.regionReadable, 0, labels...)
+	case errors.Is(err, usage.ErrSize):
+		refused(ReasonSize)
+		gauge(ch, c.d.regionReadable, 0, labels...)
+	default:
+		refused(ReasonError)
+		gauge(ch, c.d.regionReadable, 0, labels...)
 	}
+	return nil
 }
 
 func (c *collector) queueOf(r *records.Record) string {

@@ -26,6 +26,8 @@ type Metrics struct {
 	publishSecond prometheus.Histogram
 	lastPublish   prometheus.Gauge
 	registrations prometheus.Counter
+	refusals      *prometheus.CounterVec
+	regionErrors  *prometheus.CounterVec
 	now           func() time.Time
 }
 
@@ -40,7 +42,23 @@ type Sources struct {
 	// ProcRoot is the procfs that shows the containers' processes (default /proc); whether
 	// it does is checked at start (usage.SeesHostPIDs).
 	ProcRoot string
+	// RegionReadBudget bounds the time one scrape spends reading all containers' regions
+	// (default DefaultRegionReadBudget); containers not read by then are skipped.
+	RegionReadBudget time.Duration
 }
+
+// DefaultRegionReadBudget is a scrape's time for reading regions: well inside
+// Prometheus's default scrape timeout (10 s).
+const DefaultRegionReadBudget = 2 * time.Second
+
+// Reasons of tessera_agent_region_read_errors_total: a fixed set, never a tenant's string.
+const (
+	ReasonNotRegularFile = "not_regular_file" // a FIFO, socket, device, directory or symbolic link
+	ReasonSize           = "size"             // not the region's size (resized, or shrank while read)
+	ReasonLayout         = "layout"           // another vgpu-core layout version
+	ReasonTimeout        = "timeout"          // not read within the scrape's budget
+	ReasonError          = "error"            // any other error (permission, I/O)
+)
 
 // New registers every metric on reg.
 func New(reg prometheus.Registerer, src Sources) *Metrics {
@@ -61,9 +79,18 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 			Help: "When the node inventory (and its heartbeat) was last written successfully, Unix time."}),
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "kubelet_registrations_total", ConstLabels: node,
 			Help: "Successful registrations with the kubelet."}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "assignment_refusals_total", ConstLabels: node,
+			Help: "Pod card assignments the agent would not honour, by reason: unsigned, unknown_key, bad_signature, exceeds_request, wrong_node, changed (after Allocate), malformed, no_assignment, other."}, []string{"reason"}),
+		regionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "agent_region_read_errors_total", ConstLabels: node,
+			Help: "Containers' shared regions the agent refused or could not read at a scrape, by reason: not_regular_file, size, layout, timeout, error."},
+			[]string{"reason"}),
 		now: time.Now,
 	}
-	reg.MustRegister(m.calls, m.callSeconds, m.publishes, m.publishSecond, m.lastPublish, m.registrations, newCollector(src))
+	for _, r := range []string{ReasonNotRegularFile, ReasonSize, ReasonLayout, ReasonTimeout, ReasonError} {
+		m.regionErrors.WithLabelValues(r)
+	}
+	reg.MustRegister(m.calls, m.callSeconds, m.publishes, m.publishSecond, m.lastPublish, m.registrations, m.refusals, m.regionErrors,
+		newCollector(src, m.regionErrors))
 	return m
 }
 
@@ -72,6 +99,9 @@ func (m *Metrics) ObserveCall(call string, err error, d time.Duration) {
 	m.calls.WithLabelValues(call, result(err, "refused")).Inc()
 	m.callSeconds.WithLabelValues(call).Observe(d.Seconds())
 }
+
+// ObserveRefusal implements handoff.Observer.
+func (m *Metrics) ObserveRefusal(reason string) { m.refusals.WithLabelValues(reason).Inc() }
 
 // ObservePublish implements inventory.Observer.
 func (m *Metrics) ObservePublish(err error, d time.Duration) {

@@ -110,7 +110,7 @@ tessera_container_gpu_memory_used_bytes{container="c",index="1",namespace="ns",n
 # HELP tessera_container_gpu_sm_utilization_ratio Share of the card's SMs the container was charged over vgpu-core's last one-second period (SM-limited cards only).
 # TYPE tessera_container_gpu_sm_utilization_ratio gauge
 tessera_container_gpu_sm_utilization_ratio{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 0.27
-# HELP tessera_container_hook_loaded 1 when the started container's shared region exists (vgpu-core loaded and initialised in it), 0 when not.
+# HELP tessera_container_hook_loaded 1 when vgpu-core initialised the started container's shared region (the hook library loaded), 0 when not.
 # TYPE tessera_container_hook_loaded gauge
 tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="live"} 1
 tessera_container_hook_loaded{container="c",namespace="ns",node="n1",pod="nohook"} 0

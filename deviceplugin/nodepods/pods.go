@@ -24,7 +24,7 @@ import (
 
 // ErrNoAssignment is wrapped when a pod carries neither Tessera's assignment nor
 // Volcano's vgpu-ids-new.
-var ErrNoAssignment = errors.New("no card assignment")
+var ErrNoAssignment = api.ErrNoAssignment
 
 // ErrWrongNode is wrapped when a pod's assignment names another node.
 var ErrWrongNode = errors.New("assignment is for another node")
@@ -100,44 +100,20 @@ func WaitFor(ctx context.Context, timeout, every time.Duration, get func() bool)
 	}
 }
 
-// ReadAssignment returns the pod's card assignment: Tessera's annotation, or else
-// Volcano's vgpu-ids-new read positionally over the pod's vGPU containers in spec order.
+// ReadAssignment returns the pod's card assignment for this node, through the one
+// reader the scheduler and the CLI use too (api.ReadPodAssignment). It decodes and checks
+// the node; whether the scheduler wrote it is Trust's question.
 func ReadAssignment(pod *corev1.Pod, node string, names api.ResourceNames) (*api.PodAssignment, error) {
-	if s, ok := pod.Annotations[api.AnnotationAssignment]; ok {
-		a, err := api.DecodeAssignment(s)
-		if err != nil {
-			return nil, err
-		}
-		if a.Node != node {
-			return nil, fmt.Errorf("%w: %s names node %q, this is %q", ErrWrongNode, api.AnnotationAssignment, a.Node, node)
-		}
-		return a, nil
-	}
-	s, ok := pod.Annotations[api.VolcanoAssignedIDs]
-	if !ok {
-		return nil, fmt.Errorf("%w: the pod has neither %s nor %s", ErrNoAssignment, api.AnnotationAssignment, api.VolcanoAssignedIDs)
-	}
-	perContainer, err := api.DecodeVolcanoPodDevices(s)
+	a, err := api.ReadPodAssignment(pod, names)
 	if err != nil {
 		return nil, err
 	}
-	reqs, err := names.ContainerRequests(pod)
-	if err != nil {
-		return nil, err
-	}
-	if len(perContainer) != len(reqs) {
-		return nil, fmt.Errorf("%w: %s: %d container entries for %d vGPU containers", api.ErrInvalid, api.VolcanoAssignedIDs, len(perContainer), len(reqs))
-	}
-	qos, err := api.ParseQoSClass(pod.Annotations[api.AnnotationQoS])
-	if err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", api.AnnotationQoS, err)
-	}
-	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, QoS: qos}
-	for i, r := range reqs {
-		if len(perContainer[i]) != r.Cards {
-			return nil, fmt.Errorf("%w: %s: container %q has %d cards, requests %d", api.ErrInvalid, api.VolcanoAssignedIDs, r.Name, len(perContainer[i]), r.Cards)
+	if a.Node != node {
+		key := api.AnnotationAssignment
+		if _, ok := pod.Annotations[key]; !ok {
+			key = api.VolcanoAssignedNode
 		}
-		a.Containers = append(a.Containers, api.ContainerAssignment{Name: r.Name, Cards: perContainer[i]})
+		return nil, fmt.Errorf("%w: %s names node %q, this is %q", ErrWrongNode, key, a.Node, node)
 	}
 	return a, nil
 }

@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -194,6 +196,15 @@ func Remove(ctx context.Context, kubelet Lister, resource string, f Files) error
 		entries, err := os.ReadDir(f.StateDir)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
+		}
+		// Container directories may sit on their own tmpfs: unmount them first (RemoveAll
+		// would stop at the busy mount point).
+		store := &records.Store{Root: f.StateDir}
+		pods, _ := os.ReadDir(filepath.Join(f.StateDir, "pods"))
+		for _, p := range pods {
+			if err := store.RemovePod(p.Name()); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		for _, e := range entries {
 			if err := os.RemoveAll(filepath.Join(f.StateDir, e.Name())); err != nil {

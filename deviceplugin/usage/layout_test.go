@@ -174,7 +174,7 @@ func TestReadFileOfShortAndForeignFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, want := range map[string]error{"empty": ErrNotRegion, "half": ErrLayout, "v2": ErrLayout, "missing": os.ErrNotExist} {
+	for name, want := range map[string]error{"empty": ErrSize, "half": ErrLayout, "v2": ErrLayout, "missing": os.ErrNotExist} {
 		if _, err := ReadFile(filepath.Join(dir, name)); !errors.Is(err, want) {
 			t.Errorf("ReadFile(%s): %v, want %v", name, err, want)
 		}

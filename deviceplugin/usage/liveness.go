@@ -42,6 +42,15 @@ func SeesHostPIDs(root string) bool {
 type ProcTable struct {
 	root    string
 	byStart map[uint64][]hostProc
+	// nspid remembers each host process's innermost pid: a region's slots are written by
+	// its container, which may give all 1,024 of them the start time of many host
+	// processes; each host process's status is then still read once per scrape.
+	nspid map[int]nsPID
+}
+
+type nsPID struct {
+	pid int
+	err error
 }
 
 type hostProc struct {
@@ -55,7 +64,7 @@ func ScanProcs(root string) (*ProcTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list processes in %s: %w", root, err)
 	}
-	t := &ProcTable{root: root, byStart: map[uint64][]hostProc{}}
+	t := &ProcTable{root: root, byStart: map[uint64][]hostProc{}, nspid: map[int]nsPID{}}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -124,7 +133,18 @@ func (t *ProcTable) Alive(p Proc) bool {
 // innermostPID is the pid the process has in its own namespace: the last NSpid entry of
 // its status; a kernel without NSpid (before 4.1) numbers it as the host does.
 func (t *ProcTable) innermostPID(hostPID int) (int, error) {
-	f, err := os.Open(filepath.Join(t.root, strconv.Itoa(hostPID), "status"))
+	if r, ok := t.nspid[hostPID]; ok {
+		return r.pid, r.err
+	}
+	pid, err := readInnermostPID(t.root, hostPID)
+	if t.nspid != nil {
+		t.nspid[hostPID] = nsPID{pid, err}
+	}
+	return pid, err
+}
+
+func readInnermostPID(root string, hostPID int) (int, error) {
+	f, err := os.Open(filepath.Join(root, strconv.Itoa(hostPID), "status"))
 	if err != nil {
 		return 0, err
 	}

@@ -56,7 +56,7 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 	}
 	defer os.Remove(lib)
 
-	helm.run(t, "install", release, helm.packageCurrent(t), "--namespace", releaseNS, "--create-namespace")
+	helm.run(t, "install", release, helm.packageCurrent(t), "--namespace", releaseNS, "--create-namespace", harnessUsers)
 	installed := true
 	defer func() {
 		if installed {

@@ -32,6 +32,10 @@ const (
 	currentVersion = "0.2.0-e2e"
 	release        = "tessera"
 	releaseNS      = "tessera-system"
+	// harnessUsers lets the harness's scheduler and agents, which run as the admin user
+	// rather than the chart's service accounts, write what the chart's admission
+	// policies keep for those accounts.
+	harnessUsers = "--set=admissionPolicy.extraSchedulerUsers={admin}"
 )
 
 // helmCLI runs Helm's own CLI (built from e2e/tools/helm) against the e2e API server,
@@ -284,7 +288,7 @@ func TestUpgradeFromThePreviousChartKeepsRunningPodsCards(t *testing.T) {
 	before := snapshot(t, pods)
 	deployBefore, dsBefore := templateChecksums(t)
 
-	helm.run(t, "upgrade", release, helm.packageCurrent(t), "--namespace", releaseNS)
+	helm.run(t, "upgrade", release, helm.packageCurrent(t), "--namespace", releaseNS, harnessUsers)
 	checkHistory(t, helm)
 	deployAfter, dsAfter := templateChecksums(t)
 	if deployAfter == deployBefore || dsAfter == dsBefore {

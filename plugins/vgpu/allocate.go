@@ -79,6 +79,16 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		pod.Annotations[api.VolcanoBindPhase] = api.VolcanoBindPhaseAllocating
 		pod.Annotations[api.VolcanoBindTime] = strconv.FormatInt(now.Unix(), 10)
 	}
+	if p.signer != nil {
+		key, ok := p.signer.Key()
+		if !ok {
+			p.ledger.release(task.UID)
+			e.Err = fmt.Errorf("%s: task %s: no assignment signing key has been read yet; the node agents would refuse an unsigned assignment", PluginName, ref)
+			klog.ErrorS(e.Err, "Refusing the allocation")
+			return
+		}
+		pod.Annotations[api.AnnotationAssignmentSignature] = key.SignPod(pod, node)
+	}
 	task.Pod = pod
 	p.store.put(types.UID(task.UID), a, now)
 	p.metrics.placed(original.CreationTimestamp.Time, now)

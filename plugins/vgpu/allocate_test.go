@@ -1,11 +1,14 @@
 package vgpu
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
@@ -86,4 +89,56 @@ func lastAllocateErr(p *vgpuPlugin, task *vapi.TaskInfo, node *vapi.NodeInfo) st
 		return ""
 	}
 	return e.Err.Error()
+}
+
+// staticSigner signs with one key, or has none yet.
+type staticSigner struct {
+	key api.SigningKey
+	ok  bool
+}
+
+func (s staticSigner) Key() (api.SigningKey, bool) { return s.key, s.ok }
+
+// Every assignment the plugin writes is signed for the pod's UID and node, so that the
+// node agent can tell it from one a tenant wrote; without a key the plugin places no
+// vGPU task (the agents would refuse it) and rolls the allocation back.
+func TestAssignmentsAreSignedForThePodAndNodeOrNotMadeWithoutAKey(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := api.NewSigningKey(priv)
+	verifier := api.NewVerifier([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)})
+	for _, hasKey := range []bool{true, false} {
+		tc := &uthelper.TestCommonStruct{
+			Nodes:     []*corev1.Node{gpuNode("small", 1, "NVIDIA A30", 24576)},
+			PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)},
+			Pods:      []*corev1.Pod{vgpuPod("w", "pg", 1, 4096, 25, nil)},
+			Queues:    queues(),
+		}
+		testSched = NewScheduler()
+		testSched.signer = staticSigner{key, hasKey}
+		ssn, p := open(t, tc, tiers(true, nil))
+		tc.Run([]framework.Action{allocate.New()})
+		got := taskAssignments(t, ssn)
+		if !hasKey {
+			if len(got) != 0 || len(p.ledger.booked) != 0 {
+				t.Fatalf("without a key: %d assignments and %d bookings, want none", len(got), len(p.ledger.booked))
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Fatalf("%d assignments, want 1", len(got))
+		}
+		for _, job := range ssn.Jobs {
+			for _, task := range job.Tasks {
+				if err := verifier.VerifyPod(task.Pod, "small"); err != nil {
+					t.Fatalf("the plugin's own assignment does not verify: %v", err)
+				}
+				if err := verifier.VerifyPod(task.Pod, "other"); err == nil {
+					t.Fatal("the assignment verifies for another node")
+				}
+			}
+		}
+	}
 }

@@ -118,7 +118,7 @@ func (p *vgpuPlugin) boundCards(task *vapi.TaskInfo) (cs []api.ContainerAssignme
 			"boundTo", bound, "assignedOn", node)
 		return nil, "", false, nil
 	}
-	return p.dec.PodCards(task.Pod)
+	return p.dec.PodCards(task.Pod, p.args.Resources)
 }
 
 // heldOnce is a bound task's holding as its annotations state it.
@@ -171,7 +171,7 @@ func (p *vgpuPlugin) scrubUnbound(ssn *framework.Session) (scrubbed int) {
 }
 
 // assignmentKeys are the annotations the plugin writes with an assignment.
-var assignmentKeys = []string{api.AnnotationAssignment, api.AnnotationAssignedAt, api.AnnotationHandoff,
+var assignmentKeys = []string{api.AnnotationAssignment, api.AnnotationAssignmentSignature, api.AnnotationAssignedAt, api.AnnotationHandoff,
 	api.VolcanoAssignedIDs, api.VolcanoDevicesToAllocate, api.VolcanoAssignedNode, api.VolcanoAssignedTime,
 	api.VolcanoBindPhase, api.VolcanoBindTime}
 

@@ -35,7 +35,9 @@ type vgpuPlugin struct {
 	store   *pendingStore
 	dec     *decoders
 	metrics *metrics
-	now     func() time.Time
+	// signer signs each assignment written; nil writes them unsigned.
+	signer Signer
+	now    func() time.Time
 
 	mu sync.RWMutex
 	// requests caches each task's parsed demand (nil: none) for the session; read
@@ -122,6 +124,7 @@ type Scheduler struct {
 	metrics   *metrics
 	templates *jobTemplates
 	args      argsMemo
+	signer    Signer
 }
 
 // decoders read inventories and assignments for one scheduler process, memoised
@@ -148,7 +151,7 @@ func newScheduler(reg prometheus.Registerer) *Scheduler {
 // New builds the plugin for one session; it is a framework.PluginBuilder.
 func (s *Scheduler) New(arguments framework.Arguments) framework.Plugin {
 	args := s.args.parse(arguments)
-	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, templates: s.templates, now: time.Now,
+	return &vgpuPlugin{args: args, store: s.store, dec: s.dec, metrics: s.metrics, templates: s.templates, signer: s.signer, now: time.Now,
 		bound:     map[vapi.TaskID]heldOnce{},
 		pipelined: newPipelines()}
 }
@@ -262,9 +265,21 @@ func (p *vgpuPlugin) parseRequest(task *vapi.TaskInfo) *taskRequest {
 // %#v quotes every string, so type lists ["A100 X"] and ["A100", "X"] differ.
 func shapeKey(r *placement.Request) string { return fmt.Sprintf("%#v", *r) }
 
-func init() {
-	// The scheduler process's one Scheduler lives in Volcano's builder registry.
-	framework.RegisterPluginBuilder(PluginName, NewSchedulerWithMetrics(prometheus.DefaultRegisterer).New)
+// Register builds the scheduler process's one Scheduler, with its metrics on reg and
+// signing every assignment with signer (nil: unsigned, for clusters whose agents do not
+// verify), and hands its New to Volcano's builder registry. vc-scheduler calls it once,
+// before the scheduler starts.
+func Register(reg prometheus.Registerer, signer Signer) *Scheduler {
+	s := newScheduler(reg)
+	s.signer = signer
+	framework.RegisterPluginBuilder(PluginName, s.New)
+	return s
+}
+
+// Signer gives the key to sign assignments with (assignkeys.Keyring); ok is false
+// while it has none, and the plugin then places no vGPU task.
+type Signer interface {
+	Key() (api.SigningKey, bool)
 }
 
 // argsMemo parses the plugin's arguments, which Volcano hands to every session's

@@ -61,10 +61,85 @@ app.kubernetes.io/instance: {{ $.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
-{{/* Image reference; call with (list $ .Values.scheduler.image). */}}
+{{/* Image reference; call with (list $ .Values.scheduler.image). With a digest the image is
+pulled by digest (repository@sha256:...): a tag that moves cannot change what runs. */}}
 {{- define "tessera.image" -}}
 {{- $ := index . 0 -}}{{- $img := index . 1 -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $img.repository (default $.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Kubernetes username of a component's ServiceAccount; call with (list $ "scheduler"). */}}
+{{- define "tessera.serviceAccountUser" -}}
+{{- $ := index . 0 -}}
+{{- printf "system:serviceaccount:%s:%s" $.Release.Namespace (include "tessera.serviceAccountName" .) -}}
+{{- end -}}
+
+{{/* Secret of the scheduler's assignment signing keys, and ConfigMap of their public halves
+(what the agents verify assignments with). The scheduler creates both. */}}
+{{- define "tessera.signingSecretName" -}}{{ include "tessera.fullname" . }}-assignment-signing{{- end -}}
+{{- define "tessera.assignmentKeysName" -}}{{ include "tessera.fullname" . }}-assignment-keys{{- end -}}
+
+{{/* namespace/name of the ConfigMap of public keys the agents read. */}}
+{{- define "tessera.assignmentKeysRef" -}}
+{{- default (printf "%s/%s" .Release.Namespace (include "tessera.assignmentKeysName" .)) .Values.devicePlugin.config.assignmentKeys -}}
+{{- end -}}
+
+{{/* Pod annotations only Tessera's scheduler writes, and the node agent's handoff
+annotations (api/keys.go, api/signature.go), as a JSON list (a CEL list literal too). */}}
+{{- define "tessera.schedulerPodKeys" -}}
+["tessera.io/assignment","tessera.io/assignment-signature","tessera.io/assigned-at","volcano.sh/vgpu-ids-new","volcano.sh/devices-to-allocate","volcano.sh/vgpu-node","volcano.sh/vgpu-time","volcano.sh/bind-phase","volcano.sh/bind-time"]
+{{- end -}}
+{{- define "tessera.handoffPodKeys" -}}
+["tessera.io/handoff","tessera.io/handoff-message"]
+{{- end -}}
+
+{{/* Node annotations the agent writes (deviceplugin/inventory): the inventory and its
+heartbeat, and with volcanoCompat the HAMi/Volcano register and handshake. */}}
+{{- define "tessera.agentNodeKeys" -}}
+{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" -}}
+{{- if .Values.devicePlugin.config.volcanoCompat -}}{{- $k = concat $k (list "volcano.sh/node-vgpu-register" "volcano.sh/node-vgpu-handshake") -}}{{- end -}}
+{{- toJson $k -}}
+{{- end -}}
+
+{{/* Users allowed to write the scheduler's pod annotations: the chart's scheduler and
+admissionPolicy.extraSchedulerUsers, as a JSON list. */}}
+{{- define "tessera.schedulerUsers" -}}
+{{- $u := list -}}
+{{- if .Values.scheduler.enabled -}}{{- $u = append $u (include "tessera.serviceAccountUser" (list . "scheduler")) -}}{{- end -}}
+{{- toJson (concat $u .Values.admissionPolicy.extraSchedulerUsers | uniq) -}}
+{{- end -}}
+
+{{/* Resource names that make a pod a vGPU pod: the agent's resourceName, the other three
+vGPU resources (api/keys.go) and admissionPolicy.extraResourceNames, as a JSON list. */}}
+{{- define "tessera.vgpuResourceNames" -}}
+{{- $r := list .Values.devicePlugin.config.resourceName "volcano.sh/vgpu-number" "volcano.sh/vgpu-memory" "volcano.sh/vgpu-memory-percentage" "volcano.sh/vgpu-cores" -}}
+{{- toJson (concat $r .Values.admissionPolicy.extraResourceNames | uniq) -}}
+{{- end -}}
+
+{{/* What the scheduler's configuration uses beyond the shipped one, for its RBAC: the
+conf text (generated or override) and the extra flags. Each is "true" or "". */}}
+{{- define "tessera.schedulerEvicts" -}}
+{{- if regexMatch "(^|[^a-zA-Z])(preempt|reclaim|shuffle)([^a-zA-Z]|$)" (include "tessera.schedulerActions" .) -}}true{{- end -}}
+{{- end -}}
+{{- define "tessera.schedulerActions" -}}
+{{- if .Values.scheduler.conf.override -}}
+{{- range (splitList "\n" .Values.scheduler.conf.override) -}}{{- if regexMatch "^\\s*actions\\s*:" . -}}{{ . }}{{- end -}}{{- end -}}
+{{- else -}}
+{{- .Values.scheduler.conf.actions -}}
+{{- end -}}
+{{- end -}}
+{{- define "tessera.schedulerUsesDeviceshare" -}}
+{{- if regexMatch "name:\\s*[\"']?deviceshare" (include "tessera.schedulerConf" .) -}}true{{- end -}}
+{{- end -}}
+{{- define "tessera.schedulerUsesDRA" -}}
+{{- if regexMatch "DynamicResourceAllocationEnable[\"']?\\s*:\\s*[\"']?(true|True)" (include "tessera.schedulerConf" .) -}}true{{- end -}}
+{{- end -}}
+{{- define "tessera.schedulerSharded" -}}
+{{- if regexMatch "--scheduler-sharding-mode[= ]+(hard|soft)" (join " " .Values.scheduler.extraArgs) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The vgpu plugin entry appended to the first tier. */}}

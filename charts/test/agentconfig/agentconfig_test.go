@@ -62,3 +62,19 @@ func TestTheAgentIsToldItsDaemonSetOnlyWhenItRemovesHostFiles(t *testing.T) {
 		t.Errorf("uninstallDaemonSet %q with removeHostFilesOnUninstall: false, want empty", got)
 	}
 }
+
+// The agent verifies assignments with the release's published keys and refuses unsigned
+// ones, unless told to allow them while migrating.
+func TestTheAgentVerifiesAssignmentsWithTheReleasesKeys(t *testing.T) {
+	cfg := agentConfig(t, charttest.MustRender(t, ""))
+	if cfg.AssignmentKeys != "volcano-system/gpu-tessera-assignment-keys" || cfg.UnsignedAssignments != dpconfig.UnsignedRefuse {
+		t.Errorf("assignmentKeys %q unsignedAssignments %q", cfg.AssignmentKeys, cfg.UnsignedAssignments)
+	}
+	r, err := charttest.RenderValues(t, "devicePlugin:\n  config: {assignmentKeys: gpu-system/keys, unsignedAssignments: allow}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := agentConfig(t, r); cfg.AssignmentKeys != "gpu-system/keys" || cfg.UnsignedAssignments != dpconfig.UnsignedAllow {
+		t.Errorf("assignmentKeys %q unsignedAssignments %q", cfg.AssignmentKeys, cfg.UnsignedAssignments)
+	}
+}

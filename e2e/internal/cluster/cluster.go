@@ -388,6 +388,8 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	}
 	args = append(args, "--kubeconfig="+kubeconfig, "--scheduler-conf="+conf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+	// Every assignment is signed and every agent verifies, as the chart runs them.
+	args = append(args, "--tessera-signing-secret="+SigningSecret, "--tessera-signing-keys-configmap="+AssignmentKeys)
 	args = append(args, c.Opts.SchedulerArgs...)
 	p, err := startProc(c.logDir, "vc-scheduler", prog, args...)
 	if err != nil {
@@ -406,6 +408,13 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err == nil, err
 	})
 }
+
+// Where the scheduler keeps its assignment signing keys and publishes their public
+// halves for the agents (the chart uses its own namespace).
+const (
+	SigningSecret  = "kube-system/tessera-assignment-signing"
+	AssignmentKeys = "kube-system/tessera-assignment-keys"
+)
 
 // SchedulerMetricsURL is where the scheduler serves its Prometheus metrics (Volcano's
 // and the vgpu plugin's).

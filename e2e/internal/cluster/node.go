@@ -212,7 +212,11 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
 		"--state-dir=" + c.StateDir(name), "--metrics-address=" + metrics,
-		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name)}, c.Opts.AgentArgs...)
+		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name),
+		"--assignment-keys=" + AssignmentKeys,
+		// The in-memory runtime only records mounts; a tmpfs per container would outlive
+		// the run on the host (records' own tests mount and unmount them as root).
+		"--container-tmpfs-size=0"}, c.Opts.AgentArgs...)
 	args = append(append(args, n.AgentArgs...), extra...)
 	c.mu.Lock()
 	if c.agentConfig != "" {

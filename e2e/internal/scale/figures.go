@@ -45,7 +45,7 @@ func Cards(pods []*corev1.Pod, d *api.Decoders, queueOf func(*corev1.Pod) string
 		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		cs, _, ok, err := d.PodCards(p)
+		cs, _, ok, err := d.PodCards(p, api.DefaultResourceNames())
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("pod %s: %w", p.Name, err)
 		}

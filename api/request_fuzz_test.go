@@ -1,0 +1,271 @@
+package api
+
+import (
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// userKeys are the annotations ParsePodOptions reads. In a fuzzed annotation map a
+// key that is one character of keyAliases stands for the key at its index, so that
+// mutations reach every reader without spelling its key.
+var userKeys = []string{
+	AnnotationGPUTypeInclude, AnnotationGPUTypeExclude, AnnotationGPUUUIDInclude, AnnotationGPUUUIDExclude,
+	NvidiaUseGPUType, NvidiaNoUseGPUType, NvidiaUseGPUUUID, NvidiaNoUseGPUUUID,
+	AnnotationNodePolicy, AnnotationCardPolicy, AnnotationNUMABind, AnnotationQoS,
+}
+
+const keyAliases = "0123456789ab"
+
+// filterKeys pairs each filter list with the keys it is read from, Tessera's first.
+var filterKeys = []struct {
+	tessera, volcano string
+	fold             bool
+	list             func(*PodOptions) []string
+}{
+	{AnnotationGPUTypeInclude, NvidiaUseGPUType, true, func(o *PodOptions) []string { return o.TypeInclude }},
+	{AnnotationGPUTypeExclude, NvidiaNoUseGPUType, true, func(o *PodOptions) []string { return o.TypeExclude }},
+	{AnnotationGPUUUIDInclude, NvidiaUseGPUUUID, false, func(o *PodOptions) []string { return o.UUIDInclude }},
+	{AnnotationGPUUUIDExclude, NvidiaNoUseGPUUUID, false, func(o *PodOptions) []string { return o.UUIDExclude }},
+}
+
+// annotationsOf reads a fuzzed annotation map: one key=value pair a line.
+func annotationsOf(s string) map[string]string {
+	ann := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		if len(k) == 1 {
+			if i := strings.IndexByte(keyAliases, k[0]); i >= 0 {
+				k = userKeys[i]
+			}
+		}
+		ann[k] = v
+	}
+	return ann
+}
+
+// splitLowered is the list the filter readers kept before they were bounded, lowered
+// as they now are.
+func splitLowered(s string, fold bool) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if fold {
+				f = strings.ToLower(f)
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ParsePodOptions either refuses a map with an ErrInvalid that names an annotation the
+// map holds, and never repeats an over-long filter list, or returns options whose
+// filter lists are the blank-free, bounded entries of the key that won, types lowered,
+// and which written back as annotations read the same again.
+func FuzzParsePodOptions(f *testing.F) {
+	uuid := "GPU-5c89852c-d268-c3f3-1b07-005d5ae1dc3f"
+	for _, seed := range []string{
+		"",
+		AnnotationGPUTypeInclude + "=A100,H100",
+		AnnotationGPUTypeInclude + "=A100\n" + AnnotationNodePolicy + "=spread",
+		AnnotationGPUTypeInclude + "=L40S\n" + AnnotationCardPolicy + "=binpack\n" + AnnotationQoS + "=fixed-share",
+		AnnotationGPUTypeExclude + "=A100,A30\n" + AnnotationNUMABind + "=true",
+		AnnotationGPUUUIDInclude + "=" + uuid + ",GPU-gpu-b-5",
+		AnnotationGPUUUIDExclude + "=GPU-gpu-d-0, GPU-gpu-d-1 ,GPU-gpu-d-2,",
+		NvidiaUseGPUType + "=Tesla T4\n" + NvidiaNoUseGPUUUID + "=" + uuid,
+		NvidiaUseGPUType + "=,\n" + AnnotationGPUTypeInclude + "=\u212a80",
+		AnnotationGPUTypeInclude + "= , ",
+		AnnotationNUMABind + "=yes",
+		AnnotationQoS + "=gold",
+		AnnotationGPUTypeExclude + "=" + strings.Repeat("zz,", MaxFilterEntries+1),
+		"0=a100\n3=" + uuid + "\n8=topology\nb=burst-share",
+		"other.io/key=x\n" + AnnotationQoS + "=best-effort",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ann := annotationsOf(s)
+		o, err := ParsePodOptions(ann)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			named := false
+			for _, k := range userKeys {
+				if _, ok := ann[k]; ok && strings.Contains(err.Error(), "annotation "+k+":") {
+					named = true
+				}
+			}
+			if !named {
+				t.Fatalf("error names no annotation the pod has: %v", err)
+			}
+			for _, fk := range filterKeys {
+				for _, k := range []string{fk.tessera, fk.volcano} {
+					if v := ann[k]; len(v) > MaxFilterBytes && strings.Contains(err.Error(), v) {
+						t.Fatalf("error repeats the %d bytes of %s", len(v), k)
+					}
+				}
+			}
+			return
+		}
+		for _, fk := range filterKeys {
+			got := fk.list(&o)
+			key := fk.tessera
+			v, ok := ann[key]
+			if !ok {
+				key = fk.volcano
+				v, ok = ann[key]
+			}
+			if !ok {
+				if got != nil {
+					t.Fatalf("%s: %q with no annotation", fk.tessera, got)
+				}
+				continue
+			}
+			if len(v) > MaxFilterBytes || len(got) > MaxFilterEntries {
+				t.Fatalf("%s: %d bytes, %d entries accepted", key, len(v), len(got))
+			}
+			if want := splitLowered(v, fk.fold); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: %q read as %q, want %q", key, v, got, want)
+			}
+			if got == nil && key == fk.tessera {
+				t.Fatalf("%s: %q lists nothing, and was accepted", key, v)
+			}
+		}
+		// Written back with Tessera's keys, the options read the same.
+		back := map[string]string{AnnotationQoS: string(o.QoS)}
+		for _, fk := range filterKeys {
+			if l := fk.list(&o); l != nil {
+				back[fk.tessera] = strings.Join(l, ",")
+			}
+		}
+		if o.NodePolicy != "" {
+			back[AnnotationNodePolicy] = string(o.NodePolicy)
+		}
+		if o.CardPolicy != "" {
+			back[AnnotationCardPolicy] = string(o.CardPolicy)
+		}
+		if o.NUMABind {
+			back[AnnotationNUMABind] = "true"
+		}
+		for _, fk := range filterKeys {
+			// Lowering can lengthen a rune (U+023A is two bytes, U+2C65 three), so a
+			// list at the byte limit may not fit once lowered.
+			if len(back[fk.tessera]) > MaxFilterBytes {
+				return
+			}
+		}
+		again, err := ParsePodOptions(back)
+		if err != nil || !reflect.DeepEqual(o, again) {
+			t.Fatalf("written back as %q, the options read %+v, %v; want %+v", back, again, err, o)
+		}
+	})
+}
+
+// ContainerRequests either refuses a pod with an ErrInvalid naming the container and
+// what it asked for, or returns one request for each app container that asks, within
+// the contract's bounds and equal to what the container asked.
+func FuzzContainerRequests(f *testing.F) {
+	f.Add("train", "1", "", "", "", uint8(0))
+	f.Add("train", "2", "8192", "", "30", uint8(0))
+	f.Add("infer", "1", "", "50", "100", uint8(0b1010))
+	f.Add("main", "", "16384", "", "", uint8(0))
+	f.Add("main", "65", "", "", "", uint8(0))
+	f.Add("init", "1", "1Gi", "", "", uint8(0b10000))
+	f.Add("x", "1", "4096", "50", "", uint8(0b100000))
+	f.Add("big", "1", "1e18", "", "-1", uint8(0b1111))
+	f.Add("frac", "500m", "0.5", "", "12.5", uint8(0b1000000))
+	f.Add("\"quoted\"\n", "1k", "", "101", "0", uint8(0))
+	names := DefaultResourceNames()
+	all := []corev1.ResourceName{names.Number, names.Memory, names.MemoryPercentage, names.Cores}
+	f.Fuzz(func(t *testing.T, name, number, memory, percent, cores string, how uint8) {
+		// Bits 0-3: the resource goes in requests rather than limits. Bit 4: the
+		// container is an init container. Bit 5: a container without vGPU resources
+		// comes first. Bit 6: requests repeat every limit, doubled.
+		c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}}
+		asked := map[corev1.ResourceName]int64{}
+		for i, v := range []string{number, memory, percent, cores} {
+			q, err := resource.ParseQuantity(v)
+			if v == "" || err != nil {
+				continue
+			}
+			if how&(1<<i) != 0 {
+				c.Resources.Requests[all[i]] = q
+			} else {
+				c.Resources.Limits[all[i]] = q
+				if how&(1<<6) != 0 {
+					d := q.DeepCopy()
+					d.Add(q)
+					c.Resources.Requests[all[i]] = d
+				}
+			}
+			asked[all[i]] = q.Value()
+		}
+		pod := &corev1.Pod{}
+		if how&(1<<5) != 0 {
+			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "sidecar"})
+		}
+		if how&(1<<4) != 0 {
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+		} else {
+			pod.Spec.Containers = append(pod.Spec.Containers, c)
+		}
+		if got := names.HasVGPURequest(pod); got != (len(asked) > 0) {
+			t.Fatalf("HasVGPURequest %v for %v", got, asked)
+		}
+		reqs, err := names.ContainerRequests(pod)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			if !strings.Contains(err.Error(), "container "+strconv.Quote(name)) {
+				t.Fatalf("error does not name container %q: %v", name, err)
+			}
+			field := how&(1<<4) != 0 && strings.Contains(err.Error(), "requests vGPU resources")
+			for _, r := range all {
+				field = field || strings.Contains(err.Error(), string(r))
+			}
+			if !field {
+				t.Fatalf("error names no field: %v", err)
+			}
+			return
+		}
+		if how&(1<<4) != 0 && len(asked) > 0 {
+			t.Fatalf("init container's vGPU request accepted: %+v", reqs)
+		}
+		if len(asked) == 0 || how&(1<<4) != 0 {
+			if len(reqs) != 0 {
+				t.Fatalf("requests %+v from a pod that asks for nothing", reqs)
+			}
+			return
+		}
+		if len(reqs) != 1 {
+			t.Fatalf("%d requests for one asking container", len(reqs))
+		}
+		r := reqs[0]
+		n, hasN := asked[names.Number]
+		mem, hasMem := asked[names.Memory]
+		pct, hasPct := asked[names.MemoryPercentage]
+		switch {
+		case r.Name != name:
+			t.Fatalf("request named %q, want %q", r.Name, name)
+		case !hasN || r.Cards != int(n) || r.Cards < 1 || r.Cards > 64:
+			t.Fatalf("%d cards for %v", r.Cards, asked)
+		case r.Cores < 0 || r.Cores > 100 || int64(r.Cores) != asked[names.Cores]:
+			t.Fatalf("%d cores for %v", r.Cores, asked)
+		case hasMem && (r.MemoryMiB != mem || r.MemoryMiB < 1 || r.MemoryPercent != 0):
+			t.Fatalf("%d MiB, %d%% for %v", r.MemoryMiB, r.MemoryPercent, asked)
+		case hasPct && (int64(r.MemoryPercent) != pct || r.MemoryPercent < 1 || r.MemoryPercent > 100 || r.MemoryMiB != 0):
+			t.Fatalf("%d MiB, %d%% for %v", r.MemoryMiB, r.MemoryPercent, asked)
+		case !hasMem && !hasPct && (r.MemoryPercent != 100 || r.MemoryMiB != 0):
+			t.Fatalf("%d MiB, %d%% for %v without a memory request", r.MemoryMiB, r.MemoryPercent, asked)
+		}
+	})
+}
