@@ -56,7 +56,7 @@ var metricsAuth = map[rule]bool{
 }
 
 // notNeeded is what Volcano v1.14.1's installer grants its scheduler and the default
-// configuration does not use (docs/security-rbac.md says why for each). A permission
+// configuration does not use (docs/security.md says why for each). A permission
 // Volcano adds or ours drops shows up here first.
 var notNeeded = func() map[rule]bool {
 	m := map[rule]bool{}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -135,7 +136,10 @@ type Lister interface {
 // directories are the DaemonSet's hostPath mounts: in the agent's container they are
 // mount points, which cannot be removed from inside, so they stay behind empty.
 type Files struct {
-	HookLibrary string // removed, then its directory if that is left empty and can go
+	// HookLibrary is removed, then its directory if that is left empty and can go. Where
+	// the directory is read-only (the chart's agent), it is left, without an error, to the
+	// chart's hook-library-cleanup container.
+	HookLibrary string
 	StateDir    string // emptied (ld.so.preload, per-container directories), then removed if it can go
 	CDISpec     string // the hook library's CDI spec the agent wrote (cardHandoff cdi or both); "" for none
 }
@@ -164,6 +168,9 @@ func holds(c *podresourcesv1.ContainerResources, resource string) bool {
 	return false
 }
 
+// removeFile is os.Remove; tests replace it.
+var removeFile = os.Remove
+
 // ErrInUse is returned when pods still hold the node's vGPU slots.
 var ErrInUse = errors.New("host files kept: pods on this node still hold vGPU slots")
 
@@ -179,16 +186,25 @@ func Remove(ctx context.Context, kubelet Lister, resource string, f Files) error
 	}
 	var errs []error
 	if f.HookLibrary != "" {
-		if err := os.Remove(f.HookLibrary); err != nil && !errors.Is(err, os.ErrNotExist) {
+		switch err := removeFile(f.HookLibrary); {
+		case err == nil || errors.Is(err, os.ErrNotExist):
+			// Only if empty: the directory may hold what someone else put there.
+			if err := removeFile(filepath.Dir(f.HookLibrary)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				klog.V(2).InfoS("Hook library directory kept", "dir", filepath.Dir(f.HookLibrary), "reason", err)
+			}
+		case errors.Is(err, syscall.EROFS):
+			// The chart mounts the hook library's directory read-only in the agent (only its
+			// init container and its hook-library-cleanup container write there); that
+			// container removes the library once it sees the state directory emptied, below.
+			// Expected: not an error. The directory is the hostPath mount and stays anyway.
+			klog.V(2).InfoS("Hook library left to the chart's cleanup step: its directory is read-only in the agent",
+				"hookLibrary", f.HookLibrary)
+		default:
 			errs = append(errs, err)
-		}
-		// Only if empty: the directory may hold what someone else put there.
-		if err := os.Remove(filepath.Dir(f.HookLibrary)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			klog.V(2).InfoS("Hook library directory kept", "dir", filepath.Dir(f.HookLibrary), "reason", err)
 		}
 	}
 	if f.CDISpec != "" {
-		if err := os.Remove(f.CDISpec); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeFile(f.CDISpec); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -211,7 +227,7 @@ func Remove(ctx context.Context, kubelet Lister, resource string, f Files) error
 				errs = append(errs, err)
 			}
 		}
-		if err := os.Remove(f.StateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeFile(f.StateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			klog.V(2).InfoS("State directory kept empty", "dir", f.StateDir, "reason", err)
 		}
 	}

@@ -2,6 +2,8 @@ package vgpu
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"testing"
@@ -41,7 +43,7 @@ const (
 // synthetic cluster of 1,000 nodes x 8 cards with 500 pending vGPU tasks in gangs of
 // four, in one run: no device plugin at all, Volcano v1.14.1's deviceshare with
 // VGPUEnable, and Tessera's vgpu plugin (with and without the queue share, binpack and
-// spread). Besides time it reports how many tasks were placed and on how many distinct
+// spread, and signing every assignment). Besides time it reports how many tasks were placed and on how many distinct
 // cards.
 //
 // Volcano v1.14's deviceshare PATCHes each placed pod's annotations through the
@@ -49,12 +51,21 @@ const (
 // in-memory clientset, which holds the pods, so its cost is a lower bound of what the
 // same PATCH costs against a real API server.
 func BenchmarkSession(b *testing.B) {
-	for _, mode := range []string{"none", "tessera", "tessera-noqueueshare", "tessera-spread", "deviceshare"} {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := api.NewSigningKey(priv)
+	for _, mode := range []string{"none", "tessera", "tessera-signed", "tessera-noqueueshare", "tessera-spread", "deviceshare"} {
 		b.Run(mode, func(b *testing.B) {
 			var placed, cards, nodes int
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				testSched = NewScheduler()
+				if mode == "tessera-signed" {
+					// Every assignment signed, as vc-scheduler does with signing on.
+					testSched.signer = staticSigner{key, true}
+				}
 				// Volcano v1.14 builds a node's device state when the node enters the
 				// cache, and only for the device kinds enabled then.
 				hamivgpu.VGPUEnable = mode == "deviceshare"
@@ -102,7 +113,7 @@ func benchTiers(mode string) []conf.Tier {
 	case "deviceshare":
 		opts = append(opts, conf.PluginOption{Name: deviceshare.PluginName, Arguments: framework.Arguments{
 			deviceshare.VGPUEnable: true, deviceshare.SchedulePolicyArgument: "binpack", deviceshare.ScheduleWeight: 10}})
-	case "tessera":
+	case "tessera", "tessera-signed":
 		opts = append(opts, conf.PluginOption{Name: PluginName})
 	case "tessera-noqueueshare":
 		opts = append(opts, conf.PluginOption{Name: PluginName, Arguments: framework.Arguments{pluginargs.KeyQueueShare: false}})

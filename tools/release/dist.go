@@ -70,7 +70,7 @@ func distMain(args []string) error {
 	created, sched, agents, libs := addBuildFlags(fset, o)
 	var d distOptions
 	fset.StringVar(&d.Dist, "dist", "dist", "release directory")
-	fset.StringVar(&d.Images, "images", "dist/images", "directory of the image archives (make images)")
+	fset.StringVar(&d.Images, "images", "dist/images", "directory of the image archives and images.json (make images); the packaged chart pins their digests")
 	fset.StringVar(&d.BaseURL, "base-url", "", "download URL of the release files (default: the source's GitHub release for v<version>)")
 	_ = fset.Parse(args)
 	if err := o.finish(*created, *sched, *agents, *libs); err != nil {
@@ -84,6 +84,11 @@ func distMain(args []string) error {
 
 func buildDist(o *buildOptions, d distOptions) error {
 	if err := os.MkdirAll(d.Dist, 0o755); err != nil {
+		return err
+	}
+	// Read before the long build: the chart pins the images this release's images.json names.
+	digests, err := chartDigests(d.Images, o.Version)
+	if err != nil {
 		return err
 	}
 	work, err := os.MkdirTemp("", "tessera-dist-")
@@ -132,7 +137,7 @@ func buildDist(o *buildOptions, d distOptions) error {
 		plugins = append(plugins, krewPlatform{OS: goos, Arch: arch, URI: d.BaseURL + "/" + archive,
 			SHA256: fmt.Sprintf("%x", sha256.Sum256(tgz))})
 	}
-	chart, err := packageChart(filepath.Join(o.Root, "charts", "tessera"), o.Version, o.Created)
+	chart, err := packageChart(filepath.Join(o.Root, "charts", "tessera"), o.Version, o.Created, digests)
 	if err != nil {
 		return err
 	}
@@ -244,9 +249,11 @@ var (
 
 // packageChart does what `helm package --version V --app-version V` does, reproducibly:
 // the chart directory under "tessera/" in a .tgz, with Chart.yaml's version and
-// appVersion set to the release (so the default image tags are the release's images).
+// appVersion set to the release (so the default image tags are the release's images),
+// and values.yaml's settings (chartDigests: the images' digests, so that the released
+// chart pulls the release's images by digest unless told otherwise) set in place.
 // Files matching .helmignore lines (plain names and *.ext globs) are left out.
-func packageChart(dir, version string, mtime time.Time) ([]byte, error) {
+func packageChart(dir, version string, mtime time.Time, values []valueSetting) ([]byte, error) {
 	ignore := []string{".helmignore"}
 	if b, err := os.ReadFile(filepath.Join(dir, ".helmignore")); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
@@ -256,6 +263,7 @@ func packageChart(dir, version string, mtime time.Time) ([]byte, error) {
 		}
 	}
 	files := map[string]tarFile{}
+	valuesSet := false
 	name := filepath.Base(dir)
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -281,11 +289,20 @@ func packageChart(dir, version string, mtime time.Time) ([]byte, error) {
 			b = chartVersionLine.ReplaceAll(b, []byte("version: "+version))
 			b = chartAppVersionLine.ReplaceAll(b, []byte(fmt.Sprintf("appVersion: %q", version)))
 		}
+		if rel == "values.yaml" && len(values) > 0 {
+			if b, err = setValues(b, values); err != nil {
+				return err
+			}
+			valuesSet = true
+		}
 		files[name+"/"+filepath.ToSlash(rel)] = tarFile{mode: 0o644, data: b}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(values) > 0 && !valuesSet {
+		return nil, fmt.Errorf("%s: no values.yaml to set the image digests in", dir)
 	}
 	return tarGz(files, mtime)
 }

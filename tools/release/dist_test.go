@@ -5,13 +5,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -38,11 +41,11 @@ func untarGz(t *testing.T, b []byte) map[string]string {
 
 func TestPackagedChartIsTheChartAtTheReleaseVersion(t *testing.T) {
 	dir := filepath.Join("..", "..", "charts", "tessera")
-	a, err := packageChart(dir, "9.8.7", testTime)
+	a, err := packageChart(dir, "9.8.7", testTime, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := packageChart(dir, "9.8.7", testTime)
+	b, _ := packageChart(dir, "9.8.7", testTime, nil)
 	if !bytes.Equal(a, b) {
 		t.Error("two packagings of the chart differ")
 	}
@@ -137,5 +140,153 @@ func TestSHA256SUMSCoversEveryFile(t *testing.T) {
 	}
 	if strings.Contains(string(b), "SHA256SUMS") {
 		t.Error("SHA256SUMS lists itself")
+	}
+}
+
+// writeImagesJSON writes an images.json like `release images` does, with made-up digests.
+func writeImagesJSON(t *testing.T, dir, version string, names ...string) map[string]string {
+	t.Helper()
+	sum := summary{Version: version, Revision: "abc"}
+	digests := map[string]string{}
+	for i, n := range names {
+		h := v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", sha256.Sum256([]byte(fmt.Sprint(n, i))))}
+		sum.Images = append(sum.Images, imageSummary{Name: n, Ref: "ghcr.io/tessera-gpu/" + n + ":" + version, Index: h})
+		digests[n] = h.String()
+	}
+	b, _ := json.MarshalIndent(sum, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "images.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return digests
+}
+
+// A released chart pulls the release's images by digest by default: values.yaml in the
+// package has scheduler.image.digest and devicePlugin.image.digest set to the indexes
+// images.json records, admission.image.digest left to follow the scheduler's, and not
+// one other line changed.
+func TestPackagedChartPinsTheReleasedImagesByDigest(t *testing.T) {
+	images := t.TempDir()
+	want := writeImagesJSON(t, images, "9.8.7", "vc-scheduler", "vgpu-device-plugin")
+	settings, err := chartDigests(images, "9.8.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "charts", "tessera")
+	a, err := packageChart(dir, "9.8.7", testTime, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := packageChart(dir, "9.8.7", testTime, settings); !bytes.Equal(a, b) {
+		t.Error("two packagings of the chart differ")
+	}
+	got := untarGz(t, a)["tessera/values.yaml"]
+	var values struct {
+		Scheduler, DevicePlugin, Admission struct {
+			Image struct{ Repository, Tag, Digest string }
+		}
+	}
+	if err := yaml.Unmarshal([]byte(got), &values); err != nil {
+		t.Fatal(err)
+	}
+	if values.Scheduler.Image.Digest != want["vc-scheduler"] || values.DevicePlugin.Image.Digest != want["vgpu-device-plugin"] {
+		t.Errorf("packaged digests: scheduler %q, devicePlugin %q; want %v", values.Scheduler.Image.Digest, values.DevicePlugin.Image.Digest, want)
+	}
+	if values.Admission.Image.Digest != "" || values.Admission.Image.Repository != "" {
+		t.Errorf("admission.image is %+v: it should follow the scheduler's image and digest", values.Admission.Image)
+	}
+	// The chart's schema accepts the digests.
+	schema, _ := os.ReadFile(filepath.Join(dir, "values.schema.json"))
+	pat := regexp.MustCompile(`"pattern": "(\^\(sha256[^"]*)"`).FindSubmatch(schema)
+	if pat == nil {
+		t.Fatal("values.schema.json has no digest pattern")
+	}
+	for _, d := range want {
+		if !regexp.MustCompile(string(pat[1])).MatchString(d) {
+			t.Errorf("%s does not match the schema's %s", d, pat[1])
+		}
+	}
+	src, _ := os.ReadFile(filepath.Join(dir, "values.yaml"))
+	srcLines, gotLines := strings.Split(string(src), "\n"), strings.Split(got, "\n")
+	if len(srcLines) != len(gotLines) {
+		t.Fatalf("values.yaml has %d lines in the package, %d in the chart", len(gotLines), len(srcLines))
+	}
+	var changed []string
+	for i := range srcLines {
+		if srcLines[i] != gotLines[i] {
+			changed = append(changed, gotLines[i])
+		}
+	}
+	wantChanged := []string{`    digest: "` + want["vc-scheduler"] + `"`, `    digest: "` + want["vgpu-device-plugin"] + `"`}
+	if strings.Join(changed, "\n") != strings.Join(wantChanged, "\n") {
+		t.Errorf("changed lines of values.yaml:\n%s\nwant:\n%s", strings.Join(changed, "\n"), strings.Join(wantChanged, "\n"))
+	}
+}
+
+func TestChartDigestsRefusesAnImagesJSONThatIsNotTheReleases(t *testing.T) {
+	for name, c := range map[string]struct {
+		version string
+		images  []string
+		want    string
+	}{
+		"other version":  {"1.0.0", []string{"vc-scheduler", "vgpu-device-plugin"}, `version "1.0.0"`},
+		"missing image":  {"9.8.7", []string{"vc-scheduler"}, "lacks vgpu-device-plugin"},
+		"unknown image":  {"9.8.7", []string{"vc-scheduler", "vgpu-device-plugin", "other"}, "lists other"},
+		"listed twice":   {"9.8.7", []string{"vc-scheduler", "vc-scheduler", "vgpu-device-plugin"}, "twice"},
+		"no images.json": {"", nil, "run make images first"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.images != nil {
+				writeImagesJSON(t, dir, c.version, c.images...)
+			}
+			if _, err := chartDigests(dir, "9.8.7"); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one saying %q", err, c.want)
+			}
+		})
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "images.json"), []byte(`{"version":"9.8.7","images":[{"name":"vc-scheduler"},{"name":"vgpu-device-plugin"}]}`), 0o644)
+	if _, err := chartDigests(dir, "9.8.7"); err == nil || !strings.Contains(err.Error(), "index digest") {
+		t.Errorf("images without digests: %v", err)
+	}
+}
+
+func TestSetYAMLScalarChangesOnlyThatKey(t *testing.T) {
+	src := `# top
+a:
+  image:
+    # -- the digest
+    digest: ""   # keep me
+    tag: x
+  list:
+    - image:
+        digest: ""
+  text: |
+    image:
+      digest: ""
+b:
+  image:
+    digest: ''
+`
+	got, err := setValues([]byte(src), []valueSetting{{[]string{"a", "image", "digest"}, "sha256:1"}, {[]string{"b", "image", "digest"}, "sha256:2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(strings.Replace(src, `    digest: ""   # keep me`, `    digest: "sha256:1" # keep me`, 1), `    digest: ''`, `    digest: "sha256:2"`, 1)
+	if string(got) != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	for path, wantErr := range map[string]string{
+		"a.list.image.digest": "not found",
+		"a.text":              "not a scalar",
+		"a.image":             "not a scalar",
+		"c.image.digest":      "not found",
+	} {
+		if _, err := setYAMLScalar([]byte(src), strings.Split(path, "."), "v"); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: error %v, want %q", path, err, wantErr)
+		}
+	}
+	if _, err := setYAMLScalar([]byte("a:\n  b: 1\na:\n  b: 2\n"), []string{"a", "b"}, "v"); err == nil || !strings.Contains(err.Error(), "lines 2 and 4") {
+		t.Errorf("a key set twice: %v", err)
 	}
 }

@@ -20,17 +20,26 @@ if [ "$SAN" = 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87
 fi
-PASS=0; FAIL=0; FAILED=()
+PASS=0; FAIL=0; SKIP=0; FAILED=()
 
-# run NAME CMD...: runs CMD, records the result, shows the output on failure.
+# run NAME CMD...: runs CMD, records the result, shows the output on failure. Exit status 77 is a
+# skip (tests/fixed_ns.sh when not root): counted apart, with the reason.
 run() {
   local name=$1; shift
-  local out=$TMP/out.$((PASS + FAIL))
-  if "$@" >"$out" 2>&1; then
+  local out=$TMP/out.$((PASS + FAIL + SKIP))
+  "$@" >"$out" 2>&1
+  local rc=$?
+  if [ $rc = 0 ]; then
     PASS=$((PASS + 1)); printf 'ok    %s\n' "$name"
+  elif [ $rc = 77 ]; then
+    SKIP=$((SKIP + 1)); printf 'skip  %s\n      %s\n' "$name" "$(grep -m1 SKIP "$out")"
   else
     FAIL=$((FAIL + 1)); FAILED+=("$name"); printf 'FAIL  %s\n' "$name"; sed 's/^/      /' "$out" | tail -40
   fi
+}
+# skip NAME REASON: a test this pass cannot run.
+skip() {
+  SKIP=$((SKIP + 1)); printf 'skip  %s\n      SKIP: %s\n' "$1" "$2"
 }
 
 # expect_log NAME PATTERN CMD...: like run, and the output must also contain PATTERN.
@@ -42,6 +51,7 @@ check_log() {
   local pat=$1 log=$TMP/log.$RANDOM; shift
   "$@" >"$log" 2>&1; local rc=$?
   cat "$log"
+  [ $rc = 77 ] && return 77
   [ $rc = 0 ] && grep -qF -- "$pat" "$log" || { echo "output lacks: $pat"; return 1; }
 }
 
@@ -64,6 +74,8 @@ if [ "$SAN" = 0 ]; then # the sanitizer build needs libasan, is not shipped, and
     tests/check_layers.sh "$BUILD/obj"
 fi
 run "unit: limits contract parsing" env TEST_TMP="$TMP" "$T/unit_config"
+run "unit: limits-file parser, randomised (80,000 mutated files, every value) against a model of the contract" \
+  "$T/unit_config_fuzz"
 run "unit: shared region (limit edge, saturation, dead lock holder, reclaim, pid reuse)" \
   env TEST_TMP="$TMP" "$T/unit_region"
 run "unit: SM limiter maths (budget, own-time estimate, burst-share contention on either driver)" "$T/unit_sm"
@@ -132,10 +144,91 @@ run "slots: a child that execs a program without the library gives its memory ba
   "$T/t_slots" exec
 run "slots: a child that execs into a program with the library gives the old image's memory back" lim execp \
   EXPECT_LIMIT=$GIB "$T/t_slots" exec-preloaded
-run "dlsym: RTLD_NEXT stays exact, driver symbols hooked" env LD_PRELOAD="$PRE $STUB/libprobe.so" \
-  "$T/t_dlsym_next"
+# The sanitizer runtime's own dlopen interceptor (ahead of ours) makes itself the caller: RUNPATH only without it.
+RUNPATH_LIB=(); [ "$SAN" = 1 ] || RUNPATH_LIB=(TEST_RUNPATH_LIB="$STUB/librunpath.so")
+name="dlsym: RTLD_NEXT stays exact, driver symbols hooked"
+[ "$SAN" = 1 ] || name+=", dlopen searches its caller's RUNPATH"
+run "$name" env LD_PRELOAD="$PRE $STUB/libprobe.so" "${RUNPATH_LIB[@]}" "$T/t_dlsym_next"
 run "dlsym: RTLD_NEXT stays exact with a preload ahead of us" env LD_PRELOAD="${PRE% *} $STUB/libprobe.so $LIB" \
-  "$T/t_dlsym_next"
+  "${RUNPATH_LIB[@]}" "$T/t_dlsym_next"
+
+# A tenant's escapes (docs/isolation.md, "What a tenant can and cannot escape"). In a Tessera container
+# the agent mounts the limits file read-only at /var/run/tessera/limits.env and the region read-write at
+# /var/run/tessera/region; tests/fixed_ns.sh mounts that layout in a private mount namespace, so the
+# shipped library reads its compiled-in paths and the host's /var/run is never touched.
+FIXED=$PWD/tests/fixed_ns.sh
+REGION_SIZE=$("$T/t_escape" region-size)
+# agent_dir NAME LINE...: a container directory as the agent writes it: the limits file (version=1, then
+# the lines) and the region, zero-filled at its exact size.
+agent_dir() {
+  local d=$TMP/agent.$1; shift
+  mkdir -p "$d"; printf '%s\n' version=1 "$@" >"$d/limits.env"; truncate -s "$REGION_SIZE" "$d/region"; echo "$d"
+}
+AGENT=(TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_MEMORY_LIMIT_MIB=1024 TESSERA_SM_LIMIT=100 TESSERA_QOS=fixed-share
+  TESSERA_SHARED_REGION=/var/run/tessera/region TESSERA_LOG_LEVEL=warn)
+d=$(agent_dir env "${AGENT[@]}")
+OVERRIDES="TESSERA_MEMORY_LIMIT_MIB TESSERA_LIMITS_FILE TESSERA_REAL_CUDA_LIB TESSERA_REAL_NVML_LIB"
+expect_log \
+  "escape/env: TESSERA_LIMITS_FILE=/dev/null, TESSERA_MEMORY_LIMIT_MIB=0, another driver: the agent's 1 GiB holds" \
+  "ignored environment overrides: $OVERRIDES" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_LIMITS_FILE=/dev/null TESSERA_MEMORY_LIMIT_MIB=0 \
+  TESSERA_SM_LIMIT=100 TESSERA_REAL_CUDA_LIB=/nonexistent/libcuda.so.1 TESSERA_REAL_NVML_LIB=/nonexistent/libnvml.so \
+  EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
+d=$(agent_dir own "${AGENT[@]}")
+run "escape/own-region: a TESSERA_SHARED_REGION per process still shares the agent's region (3/4 + 3/4 refused)" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_LIMITS_FILE=/dev/null TESSERA_MEMORY_LIMIT_MIB=1024 \
+  TESSERA_SHARED_REGION="$TMP/own.parent" TEST_CHILD_ENV="TESSERA_SHARED_REGION=$TMP/own.child" EXPECT_LIMIT=$GIB \
+  "$T/t_escape" share
+d=$(agent_dir private "${AGENT[@]}")
+run "escape/private-region: TESSERA_DEBUG_PRIVATE_REGION=1 in the env does not give each process the limit" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_LIMITS_FILE=/dev/null TESSERA_MEMORY_LIMIT_MIB=1024 \
+  TESSERA_SHARED_REGION=/nonexistent-tessera-dir/region TESSERA_DEBUG_PRIVATE_REGION=1 EXPECT_LIMIT=$GIB \
+  "$T/t_escape" share
+d=$(agent_dir corrupt "${AGENT[@]}")
+# magic "TESSERA1", layout version 99 written over the agent's region, as a tenant could
+printf '1ARESSETc\0\0\0' | dd of="$d/region" conv=notrunc status=none
+expect_log \
+  "escape/private-region: the agent's region overwritten, TESSERA_DEBUG_PRIVATE_REGION=1 in the env: fails closed" \
+  "cannot open shared region /var/run/tessera/region" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_DEBUG_PRIVATE_REGION=1 "$T/t_memory" region-fail
+# The agent's file at the fixed path: what else it decides.
+d=$(agent_dir bad TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_MEMORY_LIMIT_MIB=12abc TESSERA_SM_LIMIT=100)
+expect_log "fixed: a malformed agent file fails closed (cuInit refused); the env's limits are no fallback" \
+  'malformed TESSERA_MEMORY_LIMIT_MIB="12abc"' \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_MEMORY_LIMIT_MIB=1024 "$T/t_memory" region-fail
+d=$(agent_dir short TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_SM_LIMIT=100)
+expect_log "fixed: an agent file without the memory limit fails closed" "lacks TESSERA_MEMORY_LIMIT_MIB" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_MEMORY_LIMIT_MIB=1024 "$T/t_memory" region-fail
+d=$TMP/agent.unreadable; mkdir -p "$d/limits.env"; truncate -s "$REGION_SIZE" "$d/region"
+expect_log "fixed: an agent file that cannot be read fails closed; the env is no fallback" "Is a directory" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" TESSERA_MEMORY_LIMIT_MIB=1024 "$T/t_memory" region-fail
+d=$(agent_dir debug "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=/var/run/tessera/missing}" \
+  TESSERA_DEBUG_PRIVATE_REGION=1)
+expect_log "fixed: only the agent's own file can allow per-process accounting (a TESSERA_DEBUG_PRIVATE_REGION=1 line)" \
+  "limits apply per process only" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
+d=$(agent_dir kept "${AGENT[@]}")
+size=$REGION_SIZE
+region_kept() { # the region is the agent's file: still its size, initialised in place, nothing created beside it
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
+  local rc=$?; [ $rc = 0 ] || return $rc
+  [ "$(stat -c %s "$d/region")" = "$size" ] || { echo "region resized to $(stat -c %s "$d/region")"; return 1; }
+  [ "$(head -c 8 "$d/region")" = 1ARESSET ] || { echo "region not initialised in place"; return 1; }
+}
+run "fixed: the region the agent pre-created is used in place, not recreated or resized (directory read-only)" \
+  region_kept
+if [ "$SAN" = 0 ]; then
+  run "escape/deepbind: a library dlopen'ed with RTLD_DEEPBIND that links the driver still gets 3 GiB refused" \
+    lim deep TEST_DEEP_LIB="$STUB/libdeep.so" EXPECT_LIMIT=$GIB "$T/t_escape" deepbind
+else
+  skip "escape/deepbind" "the sanitizer runtime aborts any dlopen with RTLD_DEEPBIND before the library sees it"
+fi
+run "escape/dlvsym: hooked names give the hooks (any handle, any version); so do dlsym/dlvsym taken from libc" \
+  lim dlvsym EXPECT_LIMIT=$GIB "$T/t_escape" dlvsym
+run "escape/dlmopen: the driver, or a library linking it, into a new namespace: refused; LM_ID_BASE hooked" \
+  lim dlmopen TEST_DEEP_LIB="$STUB/libdeep.so" EXPECT_LIMIT=$GIB "$T/t_escape" dlmopen
+run "open escape (documented): a process that rewrites the region's counters lets the container exceed its limit" \
+  lim rw TEST_REGION="$TMP/region.rw" EXPECT_LIMIT=$GIB "$T/t_escape" region-write
 
 # SM limiter: scenarios run in two batches of parallel containers (they sleep most of the time).
 # Each `sm` line is one process; processes given the same TESSERA_STUB_CARDS_FILE share one
@@ -151,8 +244,12 @@ sm() { # sm NAME EXPECTED ENV...  (the real NVML is found on the library path, a
 sm_wait() {
   for i in "${!SMPIDS[@]}"; do
     local n=${SMNAMES[$i]%%:*} name=${SMNAMES[$i]#*:}
-    if wait "${SMPIDS[$i]}"; then
+    wait "${SMPIDS[$i]}"
+    local rc=$?
+    if [ $rc = 0 ]; then
       PASS=$((PASS + 1)); printf 'ok    %s\n' "$name"
+    elif [ $rc = 77 ]; then
+      SKIP=$((SKIP + 1)); printf 'skip  %s\n' "$name"
     else
       FAIL=$((FAIL + 1)); FAILED+=("$name"); printf 'FAIL  %s\n' "$name"
     fi
@@ -199,6 +296,9 @@ sm "sm: burst-share on an idle card is not capped" 100 LD_PRELOAD="$PRE" TESSERA
 sm "sm: best-effort is never capped" 100 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=30 TESSERA_QOS=best-effort
 sm "sm: exclusive card (100%) is not throttled" 100 LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=100
 sm "sm: without LD_PRELOAD nothing throttles" 100 TESSERA_SM_LIMIT=30
+d=$(agent_dir sm TESSERA_VISIBLE_UUIDS=$UUID0 TESSERA_MEMORY_LIMIT_MIB=0 TESSERA_SM_LIMIT=30 TESSERA_QOS=fixed-share)
+sm "escape/env: TESSERA_SM_LIMIT=100, TESSERA_QOS=best-effort in the env: the agent's 30% holds" 30 \
+  LD_PRELOAD="$PRE" TESSERA_SM_LIMIT=100 TESSERA_QOS=best-effort TESSERA_LIMITS_FILE=/dev/null "$FIXED" "$d"
 sm_wait
 
 echo "-- SM limiter, batch 2 of 2: graph replay, containers sharing a card (~5 s, longer when the machine stalls) --"
@@ -233,6 +333,6 @@ if [ "$SAN" = 0 ]; then
   [ "${FAILED[*]}" != "${FAILED[*]%gputest:*}" ] || sed 's/^/      /' "$TMP/out.$((PASS + FAIL - 1))"
 fi
 
-echo "== $BUILD: $PASS passed, $FAIL failed =="
+echo "== $BUILD: $PASS passed, $FAIL failed, $SKIP skipped =="
 for f in "${FAILED[@]}"; do echo "   failed: $f"; done
 [ "$FAIL" = 0 ]

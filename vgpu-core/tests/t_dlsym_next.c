@@ -1,8 +1,9 @@
 /*
- * dlsym interception must not break dlsym's own semantics. Run with
+ * Interposing the loader's functions must not break their own semantics. Run with
  * LD_PRELOAD="libprobe.so libvgpu.so": RTLD_NEXT from the executable must still find libprobe's
  * symbol (which sits before libvgpu in the search order), and RTLD_DEFAULT / RTLD_NEXT lookups of
- * driver symbols must return the hooks.
+ * driver symbols must return the hooks. dlopen from a library must still search that library's
+ * RUNPATH (TEST_RUNPATH_LIB), which glibc takes from the caller.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,5 +27,15 @@ int main(void)
     CHECK(dlsym(RTLD_DEFAULT, "no_such_symbol_anywhere") == NULL, "missing symbols stay missing");
     void *pf = dlsym(RTLD_DEFAULT, "printf");
     CHECK(pf && !in_file(pf, "libvgpu"), "ordinary symbols untouched");
+    CASE("dlopen from a library searches that library's RUNPATH (the caller stays the caller)");
+    const char *lib = getenv("TEST_RUNPATH_LIB"); /* unset: not checked (see tests/run.sh) */
+    if (lib) {
+        void *h = dlopen(lib, RTLD_NOW);
+        void *(*open_leaf)(void) = h ? (void *(*)(void))dlsym(h, "tessera_open_leaf") : NULL;
+        CHECK(open_leaf, "TEST_RUNPATH_LIB=%s: %s", lib, dlerror());
+        void *leaf = open_leaf ? open_leaf() : NULL;
+        CHECK(leaf && dlsym(leaf, "tessera_leaf"), "libleaf.so through the RUNPATH of its caller: %s",
+              leaf ? "" : dlerror());
+    }
     return tc_summary("t_dlsym_next");
 }

@@ -1,11 +1,69 @@
-/* Unit tests of the shared region: limits, saturation, a dying lock holder, dead-process reclaim. */
+/*
+ * Unit tests of the shared region: limits, saturation, a dying lock holder, dead-process reclaim,
+ * and a region the node agent created (never created or resized here).
+ */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "shared/region.h"
+
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* A file of `size` zero bytes (or none when size < 0), as the agent might leave it. */
+static void agent_file(const char *path, long long size)
+{
+    unlink(path);
+    if (size < 0)
+        return;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ftruncate(fd, size) != 0)
+        fprintf(stderr, "cannot make %s\n", path);
+    close(fd);
+}
+
+/* The agent's region: opened without create, it must never be created or resized. */
+static void test_agent_region(const char *dir)
+{
+    char path[512];
+    int err = 0;
+    long long full = (long long)sizeof(struct region);
+    snprintf(path, sizeof path, "%s/unit-region-agent", dir);
+
+    CASE("an agent region that does not exist is not created");
+    agent_file(path, -1);
+    CHECK(region_open(path, false, &err) == NULL && err == ENOENT, "err %d", err);
+    CHECK(file_size(path) == -1, "the file was created");
+
+    CASE("an agent region of the right size is used as it is, not resized");
+    agent_file(path, full);
+    struct region *r = region_open(path, false, &err);
+    CHECK(r != NULL && r->magic == REGION_MAGIC && r->version == REGION_VERSION, "mapped and initialised (err %d)",
+          err);
+    CHECK(file_size(path) == full, "size %lld, want %lld", file_size(path), full);
+    int slot = r ? region_register(r) : -1;
+    CHECK(r && region_reserve(r, slot, 0, 1000, 1000), "usable");
+    struct region *again = region_open(path, false, &err);
+    CHECK(again && again->cards[0].used_bytes == 1000, "a second process sees the same account");
+
+    CASE("an agent region of another size is refused and left alone");
+    long long sizes[] = {0, 1, full / 2, full - 1, full + 1, full + 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        long long size = sizes[i];
+        agent_file(path, size);
+        CHECK(region_open(path, false, &err) == NULL && err == EPROTO, "size %lld: err %d", size, err);
+        CHECK(file_size(path) == size, "size %lld became %lld", size, file_size(path));
+    }
+    unlink(path);
+}
 
 static struct region *fresh(const char *dir, const char *name)
 {
@@ -13,7 +71,7 @@ static struct region *fresh(const char *dir, const char *name)
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unlink(path);
     int err = 0;
-    return region_open(path, &err);
+    return region_open(path, true, &err);
 }
 
 int main(void)
@@ -75,11 +133,13 @@ int main(void)
     struct region *r2 = fresh(dir, "unit-region-2");
     r2->version = 99;
     int err = 0;
-    struct region *r3 = region_open(path, &err);
+    struct region *r3 = region_open(path, true, &err);
     CHECK(r3 == NULL && err == EPROTO, "another layout version is refused (err %d)", err);
 
     CASE("a region that cannot be created is reported with its errno");
-    r3 = region_open("/nonexistent-tessera-dir/region", &err);
+    r3 = region_open("/nonexistent-tessera-dir/region", true, &err);
     CHECK(r3 == NULL && err == ENOENT, "err %d", err);
+
+    test_agent_region(dir);
     return tc_summary("unit_region");
 }

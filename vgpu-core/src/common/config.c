@@ -1,3 +1,4 @@
+/* One setting at a time: the values of the limits contract, and the per-card lookups. */
 #include "config.h"
 
 #include <ctype.h>
@@ -8,8 +9,6 @@
 
 #include "log.h"
 
-#define DEFAULT_LIMITS_FILE "/var/run/tessera/limits.env"
-#define DEFAULT_REGION "/var/run/tessera/region"
 #define MAX_MIB (1ULL << 30) /* 1 PiB: anything larger is a typo, not a card */
 
 static char *trim(char *s)
@@ -109,6 +108,11 @@ bool tessera_config_apply(struct tessera_config *cfg, const char *key, const cha
         ok = value[0] == '/' && strlen(value) < TESSERA_PATH_LEN;
         if (ok)
             strcpy(cfg->region_path, value);
+    } else if (strcmp(key, "TESSERA_DEBUG_PRIVATE_REGION") == 0) {
+        /* Only the agent's file (or a developer) may say this; see tessera_config_load. */
+        ok = strcmp(value, "0") == 0 || strcmp(value, "1") == 0;
+        if (ok)
+            cfg->debug_private_region = value[0] == '1';
     } else if (strcmp(key, "TESSERA_LOG_LEVEL") == 0) {
         int lvl = tessera_log_parse_level(value);
         ok = lvl >= 0;
@@ -125,81 +129,6 @@ bool tessera_config_apply(struct tessera_config *cfg, const char *key, const cha
     }
     cfg->any_setting = true;
     return ok;
-}
-
-static void load_file(struct tessera_config *cfg, const char *path, bool explicit_path)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (explicit_path) {
-            TLOG(TLOG_ERROR, "malformed TESSERA_LIMITS_FILE=\"%s\": cannot open: %s", path, strerror(errno));
-            cfg->poisoned = cfg->any_setting = true;
-        }
-        return;
-    }
-    cfg->any_setting = true;
-    char line[TESSERA_MAX_CARDS * TESSERA_UUID_LEN + 64];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *s = trim(line);
-        lineno++;
-        if (s[0] == '\0' || s[0] == '#')
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            TLOG(TLOG_ERROR, "limits file %s line %d: not KEY=VALUE: \"%s\"", path, lineno, s);
-            cfg->poisoned = true;
-            continue;
-        }
-        *eq = '\0';
-        char *key = trim(s), *val = trim(eq + 1);
-        if (strcmp(key, "version") == 0) {
-            if (strcmp(val, "1") != 0) {
-                TLOG(TLOG_ERROR, "limits file %s: unsupported version=\"%s\"", path, val);
-                cfg->poisoned = true;
-                break;
-            }
-            continue;
-        }
-        if (lineno == 1 || strcmp(key, "TESSERA_LIMITS_FILE") == 0) {
-            TLOG(TLOG_ERROR, "limits file %s line %d: expected version=1 first, got %s", path, lineno, key);
-            cfg->poisoned = true;
-            break;
-        }
-        tessera_config_apply(cfg, key, val);
-    }
-    fclose(f);
-}
-
-static const char *const env_keys[] = {"TESSERA_LOG_LEVEL", "TESSERA_VISIBLE_UUIDS", "TESSERA_MEMORY_LIMIT_MIB",
-                                       "TESSERA_SM_LIMIT", "TESSERA_QOS", "TESSERA_SHARED_REGION",
-                                       "TESSERA_CONTEXT_RESERVE_MIB"};
-
-void tessera_config_load(struct tessera_config *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    cfg->qos = QOS_FIXED_SHARE;
-    for (int i = 0; i < TESSERA_MAX_CARDS; i++)
-        cfg->sm_limit[i] = 100;
-    for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
-        const char *v = getenv(env_keys[i]);
-        if (v)
-            tessera_config_apply(cfg, env_keys[i], v);
-    }
-    const char *file = getenv("TESSERA_LIMITS_FILE");
-    load_file(cfg, file ? file : DEFAULT_LIMITS_FILE, file != NULL);
-    if (cfg->region_path[0] == '\0')
-        strcpy(cfg->region_path, DEFAULT_REGION);
-    int counts[] = {cfg->uuid_count, cfg->mem_count, cfg->sm_count};
-    int cards = 0;
-    for (int i = 0; i < 3; i++) {
-        if (counts[i] > 1 && cards > 1 && counts[i] != cards) {
-            TLOG(TLOG_ERROR, "malformed limits: lists name %d and %d cards", cards, counts[i]);
-            cfg->poisoned = true;
-        }
-        if (counts[i] > cards)
-            cards = counts[i];
-    }
 }
 
 static int pick(int count, int card)

@@ -136,8 +136,15 @@ TESSERA_NVML_HOOKS(TESSERA_DECLARE_HOOK)
  */
 #define TESSERA_EARLY __attribute__((no_sanitize("address", "undefined")))
 
-/* The real dlsym, resolved with dlvsym so our own dlsym interposer is bypassed. */
+/*
+ * The loader's real lookup and open functions. The public ones are this library's (intercept/), so
+ * these are found without them (see elf_next.h); NULL until tessera_resolve_real_dlsym has run, or
+ * when the loader lacks one.
+ */
 extern void *(*tessera_real_dlsym)(void *, const char *);
+extern void *(*tessera_real_dlvsym)(void *, const char *, const char *);
+extern void *(*tessera_real_dlopen)(const char *, int);
+extern void *(*tessera_real_dlmopen)(long, const char *, int); /* Lmid_t is a long */
 void tessera_resolve_real_dlsym(void);
 
 #endif

@@ -8,8 +8,8 @@
 CUresult cuInit(unsigned int flags)
 {
     TESSERA_REAL(cuInit);
-    if (tessera.region_failed) {
-        TLOG(TLOG_ERROR, "cuInit refused: %s (limits cannot be enforced)", tessera.region_error);
+    if (tessera.fail_closed) {
+        TLOG(TLOG_ERROR, "cuInit refused: %s (limits cannot be enforced)", tessera.fail_reason);
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     CUresult rc = real_cuInit(flags);

@@ -107,8 +107,8 @@ int tessera_mem_card_of_device(CUdevice dev)
 
 CUresult tessera_mem_reserve(int card, uint64_t bytes)
 {
-    if (tessera.region_failed) {
-        TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: %s", (unsigned long long)bytes, card, tessera.region_error);
+    if (tessera.fail_closed) {
+        TLOG(TLOG_ERROR, "refusing %llu bytes on card %d: %s", (unsigned long long)bytes, card, tessera.fail_reason);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (card == TESSERA_CARD_UNLISTED) {

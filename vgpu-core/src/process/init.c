@@ -19,14 +19,14 @@ static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int slot_valid;
 static int slot = -1;
 
-static void *open_real(const char *env, const char *dflt)
+/* The real library: the development override when the config has one (never from the agent's file), else dflt. */
+static void *open_real(const char *override, const char *dflt)
 {
-    const char *path = getenv(env);
-    if (!path || !*path)
-        path = dflt;
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char *path = override[0] ? override : dflt;
+    /* The loader's own dlopen: ours (intercept/) is a layer above, and adds nothing here. */
+    void *h = tessera_real_dlopen ? tessera_real_dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     if (!h)
-        TLOG(TLOG_ERROR, "cannot load real library %s: %s", path, dlerror());
+        TLOG(TLOG_ERROR, "cannot load real library %s: %s", path, tessera_real_dlopen ? dlerror() : "no dlopen");
     return h;
 }
 
@@ -47,32 +47,32 @@ static void child_after_fork(void)
 
 /*
  * The region is what makes the limits container-wide. Without it, processes would each get the
- * whole limit, so the container fails closed (cuInit refused, see tessera_region_refusal) unless
- * TESSERA_DEBUG_PRIVATE_REGION=1 asks for per-process accounting while debugging.
+ * whole limit, so the container fails closed (cuInit refused, see tessera.fail_closed) unless the
+ * config allows per-process accounting for debugging: TESSERA_DEBUG_PRIVATE_REGION=1 in the
+ * environment outside a Tessera container, only a line of the agent's own file inside one.
  */
-static void open_region(const char *path)
+static void open_region(const struct tessera_config *c)
 {
     int err = 0;
-    tessera.region = region_open(path, &err);
+    /* The agent creates the container's region; only a developer's is created here. */
+    tessera.region = region_open(c->region_path, !c->from_agent, &err);
     if (tessera.region)
         return;
-    const char *dbg = getenv("TESSERA_DEBUG_PRIVATE_REGION");
-    bool debug = dbg && strcmp(dbg, "1") == 0;
-    snprintf(tessera.region_error, sizeof tessera.region_error, "cannot open shared region %s: %s (errno %d)",
-             path, strerror(err), err);
-    if (debug) {
+    snprintf(tessera.fail_reason, sizeof tessera.fail_reason, "cannot open shared region %s: %s (errno %d)",
+             c->region_path, strerror(err), err);
+    if (c->debug_private_region) {
         TLOG(TLOG_WARN, "%s: TESSERA_DEBUG_PRIVATE_REGION=1, so limits apply per process only (debugging only)",
-             tessera.region_error);
+             tessera.fail_reason);
     } else {
-        tessera.region_failed = true;
+        tessera.fail_closed = true;
         TLOG(TLOG_ERROR, "%s: failing closed, CUDA initialisation and every allocation are refused; check that "
-             "the device plugin mounted the container directory writable (TESSERA_DEBUG_PRIVATE_REGION=1 runs "
-             "with per-process limits, for debugging only)", tessera.region_error);
+             "the node agent mounted the container's region writable (TESSERA_DEBUG_PRIVATE_REGION=1 runs "
+             "with per-process limits, for debugging only)", tessera.fail_reason);
     }
     /* Either way a mapped region keeps every other path simple; when failed it only backs refusals. */
     tessera.region = region_private();
     if (!tessera.region) {
-        tessera.region_failed = true;
+        tessera.fail_closed = true;
         TLOG(TLOG_ERROR, "cannot map even a private region: failing closed");
     }
 }
@@ -80,10 +80,7 @@ static void open_region(const char *path)
 static void init_once_body(void)
 {
     tessera_resolve_real_dlsym();
-    const char *lvl = getenv("TESSERA_LOG_LEVEL");
-    if (lvl && tessera_log_parse_level(lvl) >= 0)
-        tessera_log_level = tessera_log_parse_level(lvl);
-    tessera_config_load(&tessera.cfg);
+    tessera_config_load(&tessera.cfg); /* applies TESSERA_LOG_LEVEL first, from wherever it may come */
     struct tessera_config *c = &tessera.cfg;
     tessera.passthrough = !c->any_setting;
     tessera.any_mem_limit = c->poisoned;
@@ -92,14 +89,21 @@ static void init_once_body(void)
     for (int i = 0; i < c->sm_count; i++)
         tessera.any_sm_limit |= c->sm_limit[i] < 100 && c->qos != QOS_BEST_EFFORT;
 
-    void *h = open_real("TESSERA_REAL_CUDA_LIB", "libcuda.so.1");
+    void *h = open_real(c->real_cuda_lib, "libcuda.so.1");
     if (h) {
         tessera.cuda_loaded = true;
         TESSERA_CUDA_HOOKS(RESOLVE_CUDA)
         TESSERA_CUDA_CALLS(RESOLVE_CUDA)
     }
-    if (tessera.any_mem_limit || tessera.any_sm_limit)
-        open_region(c->region_path);
+    if (c->from_agent && c->poisoned) {
+        /* Inside a Tessera container nothing else may stand in for the agent's file. */
+        snprintf(tessera.fail_reason, sizeof tessera.fail_reason, "the node agent's limits file %s is unreadable "
+                 "or malformed (logged above)", TESSERA_AGENT_LIMITS_FILE);
+        tessera.fail_closed = true;
+        tessera.region = region_private(); /* backs the refusals and the memory queries, as below */
+    } else if (tessera.any_mem_limit || tessera.any_sm_limit) {
+        open_region(c);
+    }
     pthread_atfork(NULL, NULL, child_after_fork);
     TLOG(TLOG_INFO, "initialised: %s, memory limits %s, SM limits %s",
          tessera.passthrough ? "pass-through" : "limits configured", tessera.any_mem_limit ? "on" : "off",
@@ -132,7 +136,7 @@ static bool nvml_ok;
 
 static void nvml_load_body(void)
 {
-    void *h = open_real("TESSERA_REAL_NVML_LIB", "libnvidia-ml.so.1");
+    void *h = open_real(tessera.cfg.real_nvml_lib, "libnvidia-ml.so.1");
     if (!h)
         return;
     TESSERA_NVML_HOOKS(RESOLVE_NVML)

@@ -16,8 +16,10 @@ struct tessera_state {
     bool any_mem_limit;   /* some card has a memory limit, or the config is poisoned */
     bool any_sm_limit;    /* some card is SM-limited under a QoS that can cap */
     struct region *region;
-    bool region_failed;   /* limits are set but the shared region could not be opened: fail closed */
-    char region_error[TESSERA_PATH_LEN + 96];  /* why, naming the path and errno */
+    /* Limits cannot be enforced: the shared region could not be opened, or the node agent's limits
+     * file is unreadable or malformed. cuInit and every counted allocation are refused. */
+    bool fail_closed;
+    char fail_reason[TESSERA_PATH_LEN + 160];  /* why, naming the path (and errno) */
     bool cuda_loaded;
 };
 

@@ -97,20 +97,35 @@ struct region *region_private(void)
     return m;
 }
 
-/* Maps the region file at fd, initialising it when new; NULL with errno set on failure. */
-static struct region *region_map(int fd, const char *path)
+/*
+ * Maps the region file at fd, initialising it when new; NULL with errno set on failure. A region
+ * this library creates (create) is sized here. One the node agent created is used as it is: it
+ * must have exactly this layout's size (the agent creates it so), is never truncated or grown,
+ * and its mode is left alone. Another size means another layout, or a file someone in the
+ * container truncated: failing closed beats re-initialising what other processes have mapped.
+ */
+static struct region *region_map(int fd, const char *path, bool create)
 {
     struct region *r = NULL;
     /* lseek, not fstat: fstat is a GLIBC_2.33 symbol and the library must load on glibc 2.17. */
     off_t size = lseek(fd, 0, SEEK_END);
-    if (size < 0 || (size < (off_t)sizeof *r && ftruncate(fd, sizeof *r) != 0))
+    if (size < 0)
+        return NULL;
+    if (size != (off_t)sizeof *r && !create) {
+        TLOG(TLOG_ERROR, "shared region %s has %lld bytes, this library needs %zu: not resizing a region the "
+             "node agent created", path, (long long)size, sizeof *r);
+        errno = EPROTO;
+        return NULL;
+    }
+    if (size < (off_t)sizeof *r && ftruncate(fd, sizeof *r) != 0)
         return NULL;
     void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return NULL;
     r = m;
     if (r->magic != REGION_MAGIC) {
-        fchmod(fd, 0666); /* processes of one container may run as different users */
+        if (create)
+            fchmod(fd, 0666); /* processes of one container may run as different users */
         region_init_fresh(r, true);
     } else if (r->version != REGION_VERSION || r->size != sizeof *r) {
         TLOG(TLOG_ERROR, "shared region %s has layout version %u size %u, this library needs %u/%zu", path,
@@ -122,16 +137,16 @@ static struct region *region_map(int fd, const char *path)
     return r;
 }
 
-struct region *region_open(const char *path, int *err)
+struct region *region_open(const char *path, bool create, int *err)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
     if (fd < 0) {
         *err = errno;
         return NULL;
     }
     /* flock serialises first-time initialisation; the kernel drops it if we die holding it. */
     flock(fd, LOCK_EX);
-    struct region *r = region_map(fd, path);
+    struct region *r = region_map(fd, path, create);
     *err = r ? 0 : errno;
     flock(fd, LOCK_UN);
     close(fd);

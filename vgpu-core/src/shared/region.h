@@ -57,10 +57,12 @@ struct region {
 };
 
 /*
- * Maps (creating if needed) the region at path. NULL on failure with *err set to the errno
- * (EPROTO for a region of another layout version); the caller decides how to fail.
+ * Maps the region at path. With create, the file is created and sized if needed (development).
+ * Without, it must exist with exactly sizeof(struct region) bytes (the node agent creates it) and
+ * is never resized. NULL on failure with *err set to the errno (EPROTO for a region of another
+ * size or layout version); the caller decides how to fail.
  */
-struct region *region_open(const char *path, int *err);
+struct region *region_open(const char *path, bool create, int *err);
 /* A region private to this process (anonymous memory); NULL when even that cannot be mapped. */
 struct region *region_private(void);
 /* Claims this process's slot (again after fork). Returns the slot index or -1 when full. */
