@@ -1,0 +1,281 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// A tenant is a user with Kubernetes' edit role in its own namespace and nothing more
+// (impersonated here, under the API server's real RBAC). With the chart's admission
+// policies in place it tries what a hostile tenant would; every attempt is refused,
+// naming what it touched. Then the policies are removed, as on a cluster where someone
+// deleted them, and the forged pod reaches a node: the node agent refuses it on its own,
+// and the other tenant's pod and card are untouched.
+func TestTenantAttacks(t *testing.T) {
+	ctx := context.Background()
+	attacker, victimNS := ns(t, "tenant-a"), ns(t, "tenant-b")
+	defer func() {
+		for _, n := range []string{attacker, victimNS} {
+			_ = cl.Client.CoreV1().Pods(n).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{})
+			cleanup(t, n)
+		}
+	}()
+	waitAllCardsFree(t)
+	tenant := tenantClient(t, attacker)
+	policies := applyAdmissionPolicies(t)
+
+	victim := tenantPod(victimNS, "victim", "")
+	if _, err := cl.Client.CoreV1().Pods(victimNS).Create(ctx, victim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	victim = waitHandedOff(t, victimNS, "victim")
+	vAsg, err := api.DecodeAssignment(victim.Annotations[api.AnnotationAssignment])
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := vAsg.Containers[0].Cards[0].UUID
+	t.Logf("the victim holds %s on %s", card, victim.Spec.NodeName)
+
+	forged := func(name string) *corev1.Pod {
+		p := tenantPod(attacker, name, victim.Spec.NodeName)
+		p.Annotations = map[string]string{api.AnnotationAssignment: fmt.Sprintf(
+			`{"version":"v1","node":%q,"qos":"best-effort","containers":[{"name":"main","cards":[{"uuid":%q,"memoryMiB":1048576,"cores":100}]}]}`,
+			victim.Spec.NodeName, card)}
+		return p
+	}
+	refused := []struct {
+		name string
+		pod  func() *corev1.Pod
+		want string
+	}{
+		{"a vGPU pod created on a node, past the scheduler", func() *corev1.Pod { return tenantPod(attacker, "on-node", victim.Spec.NodeName) }, "spec.nodeName"},
+		{"a pod carrying its own card assignment", func() *corev1.Pod {
+			p := forged("forged")
+			p.Spec.NodeName = ""
+			return p
+		}, api.AnnotationAssignment},
+		{"a vGPU container that sets vgpu-core's variables", func() *corev1.Pod {
+			p := tenantPod(attacker, "env", "")
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "TESSERA_LIMITS_FILE", Value: "/dev/null"}, {Name: "TESSERA_MEMORY_LIMIT_MIB", Value: "0"}}
+			return p
+		}, "TESSERA_LIMITS_FILE"},
+	}
+	for _, r := range refused {
+		_, err := tenant.CoreV1().Pods(attacker).Create(ctx, r.pod(), metav1.CreateOptions{})
+		if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: err = %v, want a refusal naming %s", r.name, err, r.want)
+			continue
+		}
+		t.Logf("refused %s: %v", r.name, err)
+	}
+
+	// Its own pod, placed by Tessera: the tenant may not raise what it was given.
+	own := tenantPod(attacker, "own", "")
+	if _, err := tenant.CoreV1().Pods(attacker).Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the tenant's ordinary vGPU pod: %v", err)
+	}
+	own = waitHandedOff(t, attacker, "own")
+	raised := strings.Replace(own.Annotations[api.AnnotationAssignment], `"memoryMiB":1024`, `"memoryMiB":80000`, 1)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.AnnotationAssignment, raised)
+	_, err = tenant.CoreV1().Pods(attacker).Patch(ctx, "own", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), api.AnnotationAssignment) {
+		t.Errorf("patching its own pod's assignment: err = %v, want a refusal naming %s", err, api.AnnotationAssignment)
+	}
+
+	// A filter list sized to cost the scheduler minutes a session is refused as a reason,
+	// not evaluated: the pod stays unplaced.
+	costly := tenantPod(attacker, "costly", "")
+	costly.Annotations = map[string]string{api.AnnotationGPUTypeExclude: strings.TrimSuffix(strings.Repeat("z,", 87381), ",")}
+	if _, err := tenant.CoreV1().Pods(attacker).Create(ctx, costly, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a pod with a long filter list is the scheduler's to refuse: %v", err)
+	}
+
+	// The policies gone: the forged pod reaches the node, whose agent refuses it.
+	for _, name := range policies {
+		if err := cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var p *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err = tenant.CoreV1().Pods(attacker).Create(ctx, forged("past-the-policy"), metav1.CreateOptions{})
+		return err == nil, nil // the API server drops a deleted binding within seconds
+	})
+	if err != nil {
+		t.Fatalf("the forged pod was never created once the policies were removed: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err = cl.Client.CoreV1().Pods(attacker).Get(ctx, "past-the-policy", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("the forged pod is %s (%s: %s), want it refused by the node", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	}
+	if !strings.Contains(p.Status.Message, "not signed") {
+		t.Errorf("the forged pod failed with %q: %q, want the agent's reason (not signed)", p.Status.Reason, p.Status.Message)
+	}
+	t.Logf("the node refused the forged pod: %s: %s", p.Status.Reason, p.Status.Message)
+
+	after, err := cl.Client.CoreV1().Pods(victimNS).Get(ctx, "victim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status.Phase != corev1.PodRunning || after.Annotations[api.AnnotationAssignment] != victim.Annotations[api.AnnotationAssignment] {
+		t.Errorf("the victim is %s with assignment %s, was Running with %s", after.Status.Phase,
+			after.Annotations[api.AnnotationAssignment], victim.Annotations[api.AnnotationAssignment])
+	}
+	c, err := cl.Client.CoreV1().Pods(attacker).Get(ctx, "costly", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.NodeName != "" {
+		t.Errorf("the pod with an 87,381-entry filter list was placed on %s", c.Spec.NodeName)
+	}
+	said := false
+	for _, cond := range c.Status.Conditions {
+		t.Logf("costly pod: %s=%s %s", cond.Type, cond.Status, cond.Message)
+		said = said || cond.Type == corev1.PodScheduled && strings.Contains(cond.Message, api.AnnotationGPUTypeExclude)
+	}
+	if !said {
+		t.Errorf("the pod with an 87,381-entry filter list has no PodScheduled condition naming %s", api.AnnotationGPUTypeExclude)
+	}
+	noOvercommit(t)
+}
+
+// tenantPod is a one-container vGPU pod for Volcano (1 card, 1 GiB, 10% of its SMs),
+// on node when node is set.
+func tenantPod(ns, name, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+		SchedulerName: "volcano", NodeName: node, TerminationGracePeriodSeconds: ptr(int64(0)),
+		Containers: []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sleep", "infinity"},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceNumber: resource.MustParse("1"),
+				api.ResourceMemory: resource.MustParse("1024"), api.ResourceCores: resource.MustParse("10")}}}}}}
+}
+
+// tenantClient acts as user tenant-<ns>, bound to the edit ClusterRole in ns only.
+func tenantClient(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	user := "tenant-" + ns
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	if _, err := cl.Client.RbacV1().RoleBindings(ns).Create(context.Background(), rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(cl.Rest)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The role exists and the tenant cannot reach beyond its namespace.
+	if _, err := c.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the tenant lists kube-system's pods: err = %v, want forbidden", err)
+	}
+	return c
+}
+
+// applyAdmissionPolicies renders the chart's admission policies (as helm install would,
+// with the harness's admin user standing for the scheduler's and agents' accounts),
+// creates them and waits until the API server enforces them. It returns the binding
+// names and deletes everything at the end of the test.
+func applyAdmissionPolicies(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	helm := helmCLI{bin: cl.Opts.Bin.Helm, kubeconfig: cl.Kubeconfig, dir: t.TempDir()}
+	out := helm.run(t, "template", release, filepath.Join("..", "..", "charts", "tessera"), "--namespace", releaseNS,
+		harnessUsers, "--kube-version", "1.34.2", "--show-only", "templates/admission-policy.yaml")
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(out)), 4096)
+	var bindings []string
+	for {
+		var raw map[string]any
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := json.Marshal(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch raw["kind"] {
+		case "ValidatingAdmissionPolicy":
+			var p admissionregv1.ValidatingAdmissionPolicy
+			unmarshal(t, doc, &p)
+			if _, err := cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{})
+			})
+		case "ValidatingAdmissionPolicyBinding":
+			var b admissionregv1.ValidatingAdmissionPolicyBinding
+			unmarshal(t, doc, &b)
+			if _, err := cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			bindings = append(bindings, b.Name)
+			t.Cleanup(func() {
+				_ = cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
+			})
+		}
+	}
+	if len(bindings) == 0 {
+		t.Fatalf("the chart rendered no policy bindings:\n%s", out)
+	}
+	// Policies load asynchronously: a dry run of a pod on a node tells when they hold.
+	probe := tenantPod("default", "policy-probe", "nowhere")
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := cl.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "spec.nodeName"), nil
+	})
+	if err != nil {
+		t.Fatalf("the admission policies never took effect: %v", err)
+	}
+	t.Logf("admission policies enforced: %v", bindings)
+	return bindings
+}
+
+// waitHandedOff waits until the pod runs with its handoff done.
+func waitHandedOff(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = cl.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Annotations[api.AnnotationHandoff] == api.HandoffDone, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: %v (phase %s, handoff %q %q)", ns, name, err, p.Status.Phase, p.Annotations[api.AnnotationHandoff], p.Annotations[api.AnnotationHandoffMessage])
+	}
+	return p
+}
+
+func unmarshal(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	if err := json.Unmarshal(doc, into); err != nil {
+		t.Fatalf("%v in %s", err, doc)
+	}
+}
