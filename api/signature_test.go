@@ -165,3 +165,23 @@ func FuzzDecodeKeySet(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSignAndVerify is what signing costs the scheduler per assignment and
+// verifying costs the agent per Allocate.
+func BenchmarkSignAndVerify(b *testing.B) {
+	key := testKey(b)
+	v := api.NewVerifier([]ed25519.PublicKey{key.Private.Public().(ed25519.PublicKey)})
+	p := signedPod(key)
+	b.Run("sign", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_ = key.SignPod(p, "n1")
+		}
+	})
+	b.Run("verify", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := v.VerifyPod(p, "n1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -95,11 +95,16 @@ func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, s
 	if trust == nil {
 		trust = &nodepods.Trust{}
 	}
-	if trust.CardMemoryMiB == nil {
+	if trust.CardMemoryMiB == nil || trust.Verified == nil {
 		t := *trust
-		t.CardMemoryMiB = func(uuid string) (int64, bool) {
-			c, ok := reg.Card(uuid)
-			return c.MemoryMiB, ok
+		if t.CardMemoryMiB == nil {
+			t.CardMemoryMiB = func(uuid string) (int64, bool) {
+				c, ok := reg.Card(uuid)
+				return c.MemoryMiB, ok
+			}
+		}
+		if t.Verified == nil {
+			t.Verified = &nodepods.VerifiedMemo{}
 		}
 		trust = &t
 	}

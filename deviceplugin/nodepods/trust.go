@@ -3,6 +3,8 @@ package nodepods
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -32,6 +34,36 @@ type Trust struct {
 	AllowUnsigned bool
 	// CardMemoryMiB is a card's memory, for requests in percent or for the whole card.
 	CardMemoryMiB func(uuid string) (int64, bool)
+	// Verified remembers signatures that verified (nil: none are remembered). The
+	// kubelet's GetPreferredAllocation and Allocate read the same pending pods one after
+	// the other; an Ed25519 check costs about 50 µs.
+	Verified *VerifiedMemo
+}
+
+// VerifiedMemo remembers which exact signed contents verified against which keys.
+type VerifiedMemo struct {
+	mu   sync.Mutex
+	keys *api.Verifier
+	seen map[string]struct{}
+}
+
+// memoLimit bounds the memo: a node admits a few pods at a time.
+const memoLimit = 4096
+
+func (m *VerifiedMemo) has(v *api.Verifier, k string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.seen[k]
+	return ok && m.keys == v
+}
+
+func (m *VerifiedMemo) add(v *api.Verifier, k string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.keys != v || len(m.seen) >= memoLimit {
+		m.keys, m.seen = v, map[string]struct{}{}
+	}
+	m.seen[k] = struct{}{}
 }
 
 // RefusalReason names the kind of a refusal for metrics: a fixed set of words, never a
@@ -82,7 +114,21 @@ func (t *Trust) verify(pod *corev1.Pod, node string) error {
 	if err != nil {
 		return err
 	}
-	return v.VerifyPod(pod, node)
+	if t.Verified == nil {
+		return v.VerifyPod(pod, node)
+	}
+	// Everything the signature covers, and the signature: a copied signature over other
+	// content is another key.
+	a := pod.Annotations
+	k := strings.Join([]string{a[api.AnnotationAssignmentSignature], string(pod.UID), node, a[api.AnnotationAssignment], a[api.VolcanoAssignedIDs]}, "\x00")
+	if t.Verified.has(v, k) {
+		return nil
+	}
+	if err := v.VerifyPod(pod, node); err != nil {
+		return err
+	}
+	t.Verified.add(v, k)
+	return nil
 }
 
 // WithinRequest checks each container's cards against what its spec asks: memory per

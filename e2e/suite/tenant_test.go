@@ -1,18 +1,13 @@
 package suite
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -146,20 +140,30 @@ func TestTenantAttacks(t *testing.T) {
 		t.Errorf("the victim is %s with assignment %s, was Running with %s", after.Status.Phase,
 			after.Annotations[api.AnnotationAssignment], victim.Annotations[api.AnnotationAssignment])
 	}
-	c, err := cl.Client.CoreV1().Pods(attacker).Get(ctx, "costly", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The scheduler says why, each session, on the pod.
+	c := &corev1.Pod{}
+	said := func() bool {
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && strings.Contains(cond.Message, api.AnnotationGPUTypeExclude) {
+				return true
+			}
+		}
+		return false
 	}
-	if c.Spec.NodeName != "" {
-		t.Errorf("the pod with an 87,381-entry filter list was placed on %s", c.Spec.NodeName)
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := cl.Client.CoreV1().Pods(attacker).Get(ctx, "costly", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c = got
+		return c.Spec.NodeName != "" || said(), nil
+	})
+	if err != nil || c.Spec.NodeName != "" {
+		t.Errorf("the pod with an 87,381-entry filter list: node %q, conditions %v; want it unplaced with a reason naming %s",
+			c.Spec.NodeName, c.Status.Conditions, api.AnnotationGPUTypeExclude)
 	}
-	said := false
 	for _, cond := range c.Status.Conditions {
 		t.Logf("costly pod: %s=%s %s", cond.Type, cond.Status, cond.Message)
-		said = said || cond.Type == corev1.PodScheduled && strings.Contains(cond.Message, api.AnnotationGPUTypeExclude)
-	}
-	if !said {
-		t.Errorf("the pod with an 87,381-entry filter list has no PodScheduled condition naming %s", api.AnnotationGPUTypeExclude)
 	}
 	noOvercommit(t)
 }
@@ -197,65 +201,19 @@ func tenantClient(t *testing.T, ns string) kubernetes.Interface {
 	return c
 }
 
-// applyAdmissionPolicies renders the chart's admission policies (as helm install would,
-// with the harness's admin user standing for the scheduler's and agents' accounts),
-// creates them and waits until the API server enforces them. It returns the binding
-// names and deletes everything at the end of the test.
+// applyAdmissionPolicies applies the chart's admission policies for the test.
 func applyAdmissionPolicies(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
-	helm := helmCLI{bin: cl.Opts.Bin.Helm, kubeconfig: cl.Kubeconfig, dir: t.TempDir()}
-	out := helm.run(t, "template", release, filepath.Join("..", "..", "charts", "tessera"), "--namespace", releaseNS,
-		harnessUsers, "--kube-version", "1.34.2", "--show-only", "templates/admission-policy.yaml")
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(out)), 4096)
-	var bindings []string
-	for {
-		var raw map[string]any
-		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		doc, err := json.Marshal(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch raw["kind"] {
-		case "ValidatingAdmissionPolicy":
-			var p admissionregv1.ValidatingAdmissionPolicy
-			unmarshal(t, doc, &p)
-			if _, err := cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{})
-			})
-		case "ValidatingAdmissionPolicyBinding":
-			var b admissionregv1.ValidatingAdmissionPolicyBinding
-			unmarshal(t, doc, &b)
-			if _, err := cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			bindings = append(bindings, b.Name)
-			t.Cleanup(func() {
-				_ = cl.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
-			})
-		}
+	p, err := cl.ApplyAdmissionPolicies(ctx, filepath.Join("..", "..", "charts", "tessera"))
+	if p != nil {
+		t.Cleanup(func() { p.Remove(ctx, cl) })
 	}
-	if len(bindings) == 0 {
-		t.Fatalf("the chart rendered no policy bindings:\n%s", out)
-	}
-	// Policies load asynchronously: a dry run of a pod on a node tells when they hold.
-	probe := tenantPod("default", "policy-probe", "nowhere")
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := cl.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "spec.nodeName"), nil
-	})
 	if err != nil {
-		t.Fatalf("the admission policies never took effect: %v", err)
+		t.Fatal(err)
 	}
-	t.Logf("admission policies enforced: %v", bindings)
-	return bindings
+	t.Logf("admission policies enforced: %v", p.Bindings)
+	return p.Bindings
 }
 
 // waitHandedOff waits until the pod runs with its handoff done.
@@ -271,11 +229,4 @@ func waitHandedOff(t *testing.T, ns, name string) *corev1.Pod {
 		t.Fatalf("pod %s/%s: %v (phase %s, handoff %q %q)", ns, name, err, p.Status.Phase, p.Annotations[api.AnnotationHandoff], p.Annotations[api.AnnotationHandoffMessage])
 	}
 	return p
-}
-
-func unmarshal(t *testing.T, doc []byte, into any) {
-	t.Helper()
-	if err := json.Unmarshal(doc, into); err != nil {
-		t.Fatalf("%v in %s", err, doc)
-	}
 }

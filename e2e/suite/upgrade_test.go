@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
@@ -35,7 +36,7 @@ const (
 	// harnessUsers lets the harness's scheduler and agents, which run as the admin user
 	// rather than the chart's service accounts, write what the chart's admission
 	// policies keep for those accounts.
-	harnessUsers = "--set=admissionPolicy.extraSchedulerUsers={admin}"
+	harnessUsers = "--set=admissionPolicy.extraSchedulerUsers={" + cluster.HarnessUser + "}"
 )
 
 // helmCLI runs Helm's own CLI (built from e2e/tools/helm) against the e2e API server,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +60,14 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 		fmt.Println("== Tearing down")
 		c.Stop()
 	}()
+	// The protections a chart install ships: tenants cannot choose cards, patch an
+	// assignment or override the hook library's environment (docs/security.md).
+	fmt.Println("== Applying the chart's admission policies")
+	policies, err := c.ApplyAdmissionPolicies(ctx, filepath.Join(root, "charts", "tessera"))
+	if err != nil {
+		return err
+	}
+	fmt.Println("  ", strings.Join(policies.Bindings, ", "))
 	fmt.Println("== Submitting", samples)
 	names, err := apply(ctx, c, samples)
 	if err != nil {
