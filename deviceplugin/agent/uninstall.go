@@ -67,7 +67,7 @@ func (u *uninstaller) removeIfUninstalled() {
 	case err != nil:
 		klog.ErrorS(err, "Uninstalled: host files not removed", "hookLibrary", files.HookLibrary, "stateDir", files.StateDir)
 	default:
-		klog.InfoS("Uninstalled: host files removed, no pod held the node's vGPU slots", "hookLibrary", files.HookLibrary,
+		klog.InfoS("Uninstalled: host files removed (a read-only hook library is left to the chart's cleanup container), no pod held the node's vGPU slots", "hookLibrary", files.HookLibrary,
 			"stateDir", files.StateDir, "cdiSpec", files.CDISpec)
 	}
 }

@@ -26,9 +26,11 @@ func ParseSlotID(id string) (string, int, error) {
 	if i <= 0 {
 		return "", 0, fmt.Errorf("%w: %q has no %q", ErrUnknownSlot, id, slotSeparator)
 	}
-	k, err := strconv.Atoi(id[i+len(slotSeparator):])
-	if err != nil || k < 0 {
-		return "", 0, fmt.Errorf("%w: %q: share index is not a non-negative number", ErrUnknownSlot, id)
+	idx := id[i+len(slotSeparator):]
+	k, err := strconv.Atoi(idx)
+	// Only the spelling SlotID writes: "+1", "01" or "-0" name no slot this agent advertised.
+	if err != nil || k < 0 || strconv.Itoa(k) != idx {
+		return "", 0, fmt.Errorf("%w: %q: share index is not a non-negative number as the agent writes it", ErrUnknownSlot, id)
 	}
 	return id[:i], k, nil
 }
