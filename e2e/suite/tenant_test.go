@@ -98,6 +98,10 @@ func TestTenantAttacks(t *testing.T) {
 		t.Errorf("patching its own pod's assignment: err = %v, want a refusal naming %s", err, api.AnnotationAssignment)
 	}
 
+	// The node agent's account may write only its own Node and the pods bound to it, and
+	// only its own annotations there: what a compromised node could do to the others.
+	agentAttacks(t, victim)
+
 	// A filter list sized to cost the scheduler minutes a session is refused as a reason,
 	// not evaluated: the pod stays unplaced.
 	costly := tenantPod(attacker, "costly", "")
@@ -229,4 +233,83 @@ func waitHandedOff(t *testing.T, ns, name string) *corev1.Pod {
 		t.Fatalf("pod %s/%s: %v (phase %s, handoff %q %q)", ns, name, err, p.Status.Phase, p.Annotations[api.AnnotationHandoff], p.Annotations[api.AnnotationHandoffMessage])
 	}
 	return p
+}
+
+// agentUser is the chart's node agent account (release tessera in tessera-system).
+const agentUser = "system:serviceaccount:tessera-system:tessera-vgpu-device-plugin"
+
+// agentAttacks acts as the node agent of a node other than the victim's, with the
+// permissions the chart gives the agent and the node claim its pod-bound token carries.
+func agentAttacks(t *testing.T, victim *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := ""
+	for _, n := range nodes.Items {
+		if n.Name != victim.Spec.NodeName {
+			claim = n.Name
+			break
+		}
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-tessera-agent"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch", "patch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-tessera-agent"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agentUser}}}
+	if _, err := cl.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Client.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{}) })
+	if _, err := cl.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Client.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}) })
+	cfg := rest.CopyConfig(cl.Rest)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:tessera-system", "system:authenticated"},
+		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {claim}}}
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotate := func(key, value string) []byte {
+		return []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value))
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	// Allowed, so that the refusals below are the policy's and not a missing permission.
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, claim, types.MergePatchType, annotate(api.AnnotationHeartbeat, now), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the agent of %s writing its own heartbeat: %v", claim, err)
+	}
+	refused := []struct {
+		name string
+		do   func() error
+	}{
+		{"another node's inventory", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, victim.Spec.NodeName, types.MergePatchType, annotate(api.AnnotationInventory, "{}"), metav1.PatchOptions{})
+			return err
+		}},
+		{"a label on its own node", func() error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, claim, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-tessera":"x"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"the handoff of a pod on another node", func() error {
+			_, err := agent.CoreV1().Pods(victim.Namespace).Patch(ctx, victim.Name, types.MergePatchType, annotate(api.AnnotationHandoffMessage, "x"), metav1.PatchOptions{})
+			return err
+		}},
+		{"an assignment", func() error {
+			_, err := agent.CoreV1().Pods(victim.Namespace).Patch(ctx, victim.Name, types.MergePatchType, annotate(api.AnnotationAssignment, "{}"), metav1.PatchOptions{})
+			return err
+		}},
+	}
+	for _, r := range refused {
+		err := r.do()
+		if err == nil || !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+			t.Errorf("the agent of %s: %s: err = %v, want the admission policy's refusal", claim, r.name, err)
+			continue
+		}
+		t.Logf("the agent of %s refused %s: %v", claim, r.name, err)
+	}
 }
