@@ -2,14 +2,20 @@ package assignkeys_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/assignkeys"
@@ -200,5 +206,46 @@ func TestParseRefNamesTheFlagAndTheValue(t *testing.T) {
 	}
 	if r, err := assignkeys.ParseRef("--flag", "ns/name"); err != nil || r.Namespace != "ns" || r.Name != "name" {
 		t.Errorf("ParseRef(ns/name) = %v, %v", r, err)
+	}
+}
+
+// An agent that may not read the keys starts anyway, refusing every assignment, and
+// reads them once it may.
+func TestAWatcherThatCannotListStartsAndRefusesUntilItCan(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewSimpleClientset()
+	var allowed atomic.Bool
+	client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if allowed.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("no"))
+	})
+	w := &assignkeys.Watcher{Client: client, ConfigMap: cmRef, SyncWait: 100 * time.Millisecond}
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("start without permission: %v", err)
+	}
+	if _, err := w.Verifier(); err == nil {
+		t.Fatal("keys without having read any")
+	}
+	k := keyring(client, &clock{time.Now()})
+	if err := k.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allowed.Store(true)
+	key, _ := k.Key()
+	p := pod()
+	p.Annotations[api.AnnotationAssignmentSignature] = key.SignPod(p, "n")
+	deadline := time.Now().Add(20 * time.Second) // the reflector backs off between lists
+	for {
+		v, err := w.Verifier()
+		if err == nil && v.VerifyPod(p, "n") == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys never read once the agent may: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,8 @@ import (
 type Watcher struct {
 	Client    kubernetes.Interface
 	ConfigMap types.NamespacedName
+	// SyncWait bounds the wait for the first read at start (default 30 s).
+	SyncWait time.Duration
 
 	current atomic.Pointer[state]
 }
@@ -76,8 +79,20 @@ func (w *Watcher) Start(ctx context.Context) error {
 		return fmt.Errorf("watch %s: %w", w.ConfigMap, err)
 	}
 	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("watch of ConfigMap %s did not sync: %w", w.ConfigMap, ctx.Err())
+	// A watch that cannot list (no permission, API server away) keeps retrying in the
+	// background; meanwhile every assignment is refused, and the agent serves the rest.
+	wait := w.SyncWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	first, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !cache.WaitForCacheSync(first.Done(), inf.HasSynced) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("watch of ConfigMap %s did not sync: %w", w.ConfigMap, ctx.Err())
+		}
+		klog.ErrorS(nil, "The scheduler's assignment keys could not be read yet; every assignment is refused until they are (check the agent's permission to read the ConfigMap)",
+			"configMap", w.ConfigMap, "waited", wait)
 	}
 	return nil
 }
