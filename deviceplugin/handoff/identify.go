@@ -107,18 +107,10 @@ func (h *Handoff) nextContainer(pod *corev1.Pod, pr *podresourcesv1.PodResources
 	if err != nil {
 		return nil, err
 	}
-	if len(reqs) != len(asg.Containers) {
-		return nil, fmt.Errorf("%w: %s covers %d containers, the pod has %d vGPU containers", api.ErrInvalid, api.AnnotationAssignment, len(asg.Containers), len(reqs))
-	}
+	// Trust.Read checked that the assignment has an entry of the requested card count
+	// for each of these containers and no other.
 	for _, r := range reqs {
-		ca := asg.Container(r.Name)
-		if ca == nil {
-			return nil, fmt.Errorf("%w: %s has no entry for vGPU container %q", api.ErrInvalid, api.AnnotationAssignment, r.Name)
-		}
-		if len(ca.Cards) != r.Cards {
-			return nil, fmt.Errorf("%w: %s gives container %q %d cards, it requests %d", api.ErrInvalid, api.AnnotationAssignment, r.Name, len(ca.Cards), r.Cards)
-		}
-		c := candidate{pod: pod, asg: asg, c: *ca}
+		c := candidate{pod: pod, asg: asg, c: *asg.Container(r.Name)}
 		if holding[r.Name] || exclude[c.key()] {
 			continue
 		}
