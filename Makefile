@@ -43,7 +43,7 @@ test-vgpu-core:
 # SOAK_SEEDS here; raise it locally for longer soaks.
 SOAK_SEEDS ?= 300
 fuzz:
-	@for p in ./api ./deviceplugin/usage ./deviceplugin/cards ./admission; do \
+	@for p in ./api ./deviceplugin/usage ./deviceplugin/cards ./deviceplugin/memguard ./admission; do \
 		for f in $$($(GO) test $$p -list '^Fuzz' | grep '^Fuzz'); do \
 			echo "fuzz $$p $$f ($(FUZZTIME))"; \
 			out=$$(mktemp); \

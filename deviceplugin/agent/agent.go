@@ -50,6 +50,8 @@ type Deps struct {
 	// CoexistInterval is how often the node is read for other GPU device plugins
 	// (30 s when zero).
 	CoexistInterval time.Duration
+	// ProcRoot is the procfs that shows the containers' processes ("/proc" when empty).
+	ProcRoot string
 }
 
 // Run starts the agent and returns when ctx ends or a part cannot start.
@@ -115,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	uninst := watchUninstall(ctx, cfg, deps.Client, prc)
 	defer uninst.stop()
 	store := &records.Store{Root: cfg.StateDir, TmpfsBytes: cfg.ContainerTmpfsSize.Value()}
-	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods})
+	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods, ProcRoot: deps.ProcRoot})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
@@ -127,6 +129,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)
+	memGuard := newMemoryGuard(cfg, deps.Client, deps.ProcRoot, devices, store, pods, promReg)
 
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
@@ -134,6 +137,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { pub.Run(ctx) })
 	run(func() { mon.Run(ctx) })
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
+	if memGuard != nil {
+		run(func() { memGuard.Run(ctx) })
+	}
 	if cfg.CardHandoff == config.HandoffCDI {
 		run(func() { keepHookSpec(ctx, cfg.CDISpecDir, container.HookSpec(), cfg.GCInterval.Duration) })
 	}

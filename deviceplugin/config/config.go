@@ -122,7 +122,34 @@ type Config struct {
 	// directory (records.Store.TmpfsBytes); 0 mounts none. (ContainerDir must be
 	// ContainerPath; that key stays so that existing files load.)
 	ContainerTmpfsSize resource.Quantity `json:"containerTmpfsSize"`
+	// MemoryGuard holds every pod to its memory limits from NVML's own accounting,
+	// whatever the container did to vgpu-core (deviceplugin/memguard).
+	MemoryGuard MemoryGuard `json:"memoryGuard"`
 }
+
+// MemoryGuard configures the node-side memory guard.
+type MemoryGuard struct {
+	// Mode is off, report (an event on the pod) or enforce (the event, and the pod's
+	// largest processes on the card are killed until it is within its limit). It needs
+	// the agent in the host's pid namespace; without it the guard stays off and says so.
+	Mode string `json:"mode"`
+	// Interval is the time between two checks of every card.
+	Interval metav1.Duration `json:"interval"`
+	// OverChecks is how many checks in a row a pod must be over before the guard acts.
+	OverChecks int `json:"overChecks"`
+	// ContextAllowance is allowed per process on top of the limit: the driver's own
+	// footprint of a CUDA context, which NVML counts and the limit does not.
+	ContextAllowance resource.Quantity `json:"contextAllowance"`
+	// CountedProcesses caps how many processes of a pod on a card earn the allowance.
+	CountedProcesses int `json:"countedProcesses"`
+}
+
+// Memory guard modes.
+const (
+	MemoryGuardOff     = "off"
+	MemoryGuardReport  = "report"
+	MemoryGuardEnforce = "enforce"
+)
 
 // What the agent does with unsigned assignments.
 const (
@@ -172,6 +199,8 @@ func Default() *Config {
 		CDICardKind:         "nvidia.com/gpu",
 		CDISpecDir:          "/var/run/cdi",
 		SlotTopology:        SlotTopologyNone,
+		MemoryGuard: MemoryGuard{Mode: MemoryGuardEnforce, Interval: d(5 * time.Second), OverChecks: 2,
+			ContextAllowance: resource.MustParse("768Mi"), CountedProcesses: 4},
 	}
 }
 
@@ -248,6 +277,25 @@ func (c *Config) Validate() error {
 	}
 	if ns, name, ok := strings.Cut(c.AssignmentKeys, "/"); c.AssignmentKeys != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 		bad("assignmentKeys", "%q, want namespace/name of the scheduler's key ConfigMap, or empty", c.AssignmentKeys)
+	}
+	switch c.MemoryGuard.Mode {
+	case MemoryGuardOff, MemoryGuardReport, MemoryGuardEnforce:
+	default:
+		bad("memoryGuard.mode", "%q, want %s, %s or %s", c.MemoryGuard.Mode, MemoryGuardOff, MemoryGuardReport, MemoryGuardEnforce)
+	}
+	if c.MemoryGuard.Mode != MemoryGuardOff {
+		if d := c.MemoryGuard.Interval.Duration; d < time.Second || d > 10*time.Minute {
+			bad("memoryGuard.interval", "%v, want 1s..10m", d)
+		}
+		if n := c.MemoryGuard.OverChecks; n < 1 || n > 100 {
+			bad("memoryGuard.overChecks", "%d, want 1..100", n)
+		}
+		if v := c.MemoryGuard.ContextAllowance.Value(); v < 0 || v > 16<<30 {
+			bad("memoryGuard.contextAllowance", "%s, want 0..16Gi", c.MemoryGuard.ContextAllowance.String())
+		}
+		if n := c.MemoryGuard.CountedProcesses; n < 0 || n > 64 {
+			bad("memoryGuard.countedProcesses", "%d, want 0..64", n)
+		}
 	}
 	if c.Health.RecoverAfter.Duration < 0 {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)

@@ -104,6 +104,13 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 			[]string{`containerTmpfsSize: 64Ki (65536 bytes), want 0 (no tmpfs) or 512Ki..64Mi`}},
 		{"a malformed container tmpfs size names the flag", "version: v1\nnodeName: n\n", []string{"--container-tmpfs-size=big"},
 			[]string{"--container-tmpfs-size"}},
+		{"an unknown memory guard mode is named with its choices", "version: v1\nnodeName: n\nmemoryGuard:\n  mode: kill\n", nil,
+			[]string{`memoryGuard.mode: "kill", want off, report or enforce`}},
+		{"the memory guard's numbers are bounded", "version: v1\nnodeName: n\nmemoryGuard:\n  mode: report\n  interval: 100ms\n  overChecks: 0\n  contextAllowance: 20Gi\n  countedProcesses: -1\n", nil,
+			[]string{"memoryGuard.interval: 100ms, want 1s..10m", "memoryGuard.overChecks: 0, want 1..100", "memoryGuard.contextAllowance: 20Gi, want 0..16Gi",
+				"memoryGuard.countedProcesses: -1, want 0..64"}},
+		{"the memory guard flag is checked as well", "version: v1\nnodeName: n\n", []string{"--memory-guard=on"},
+			[]string{`memoryGuard.mode: "on"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -71,6 +71,8 @@ var fields = []field{
 	{"uninstall-daemonset", "namespace/name of the agent's DaemonSet: once it is deleted, host files are removed at exit if no pod holds the node's slots", str(func(c *Config) *string { return &c.UninstallDaemonSet })},
 	{"assignment-keys", "namespace/name of the ConfigMap of the scheduler's assignment verification keys; empty: signatures not checked", str(func(c *Config) *string { return &c.AssignmentKeys })},
 	{"unsigned-assignments", "with assignment-keys set, what to do with an unsigned assignment: refuse, or allow (while migrating from Volcano's deviceshare)", str(func(c *Config) *string { return &c.UnsignedAssignments })},
+	{"memory-guard", "the node-side memory guard: off, report or enforce (needs the host's pid namespace)", str(func(c *Config) *string { return &c.MemoryGuard.Mode })},
+	{"memory-guard-interval", "time between two memory guard checks of every card", dur(func(c *Config) *metav1.Duration { return &c.MemoryGuard.Interval })},
 	{"other-gpu-plugins", "beside another GPU device plugin on the node: refuse (serve nothing) or share", str(func(c *Config) *string { return &c.OtherGPUPlugins })},
 	{"card-handoff", "how cards reach a container: env (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices) or both", str(func(c *Config) *string { return &c.CardHandoff })},
 	{"cdi-card-kind", "CDI kind whose devices, named by card UUID, are the cards", str(func(c *Config) *string { return &c.CDICardKind })},

@@ -34,12 +34,14 @@ type Machine struct {
 	specs  []CardSpec
 	uuids  []string
 	lost   []bool
+	procs  [][]nvml.ProcessInfo
 	events chan nvml.EventData
 }
 
 // NewMachine builds a machine; cards on the same NUMA node share a host bridge.
 func NewMachine(specs []CardSpec) *Machine {
-	m := &Machine{specs: specs, lost: make([]bool, len(specs)), events: make(chan nvml.EventData, 64)}
+	m := &Machine{specs: specs, lost: make([]bool, len(specs)), procs: make([][]nvml.ProcessInfo, len(specs)),
+		events: make(chan nvml.EventData, 64)}
 	for i := range specs {
 		m.uuids = append(m.uuids, fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i+1, i+1))
 		m.Devices = append(m.Devices, m.newDevice(i))
@@ -58,6 +60,22 @@ func NewMachine(specs []CardSpec) *Machine {
 		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) { return m.eventSet(), nvml.SUCCESS },
 	}
 	return m
+}
+
+// SetProcesses sets what NVML lists as card i's compute processes (none by default).
+func (m *Machine) SetProcesses(i int, procs []nvml.ProcessInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.procs[i] = append([]nvml.ProcessInfo(nil), procs...)
+}
+
+func (m *Machine) processes(i int) ([]nvml.ProcessInfo, nvml.Return) {
+	if m.isLost(i) {
+		return nil, nvml.ERROR_GPU_IS_LOST
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]nvml.ProcessInfo(nil), m.procs[i]...), nvml.SUCCESS
 }
 
 // UUID returns card i's UUID.
@@ -106,6 +124,8 @@ func (m *Machine) newDevice(i int) *mock.Device {
 		return m.uuids[i], nvml.SUCCESS
 	}
 	d.GetNameFunc = func() (string, nvml.Return) { return s.Name, nvml.SUCCESS }
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return m.processes(i) }
+	d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		if m.isLost(i) {
 			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST

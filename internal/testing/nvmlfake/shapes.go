@@ -36,7 +36,7 @@ func Cards(n int) *Machine {
 
 // DGXA100 is go-nvml's fake DGX A100 completed with what its mock does not model: NUMA
 // nodes (cards 0-3 on node 0), SM counts, PCI bus IDs, 12 NVLinks per card to the
-// NVSwitches, the PCIe hierarchy, and event sets.
+// NVSwitches, the PCIe hierarchy, event sets and (empty) process lists.
 func DGXA100() *dgxa100.Server {
 	s := dgxa100.New()
 	for i, dev := range s.Devices {
@@ -65,6 +65,9 @@ func DGXA100() *dgxa100.Server {
 		}
 		d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
 		d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+		// No process holds memory on a fake card.
+		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+		d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
