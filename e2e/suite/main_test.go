@@ -25,6 +25,16 @@ import (
 
 var cl *cluster.Cluster
 
+// chartDir is the chart in this tree: its service accounts, RBAC and admission policies are
+// what the harness's scheduler and agents run under.
+var chartDir = func() string {
+	d, err := filepath.Abs(filepath.Join("..", "..", "charts", "tessera"))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
+
 // nodes: 2x DGX A100 (8x A100 40 GB), 4x A30 24 GB on two NUMA nodes, 4x L40S 45 GB.
 // gpu-c's kubelet sees two NUMA nodes and runs the Topology Manager with single-numa-node
 // (topology_test.go);
@@ -86,7 +96,9 @@ func run(m *testing.M) int {
 		AgentArgs: []string{"--heartbeat-interval=3s", "--gc-interval=5s",
 			// A card broken by an injected XID is checked every 2 s and healthy again 20 s
 			// after its last fatal event, within its scenario.
-			"--health-check-interval=2s", "--health-recover-after=" + recoverAfter.String()}, Progress: os.Stdout})
+			"--health-check-interval=2s", "--health-recover-after=" + recoverAfter.String()},
+		// The scheduler and the agents run under the chart's own service accounts and RBAC.
+		ChartDir: chartDir, Progress: os.Stdout})
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 )
 
 // A tenant is a user with Kubernetes' edit role in its own namespace and nothing more
@@ -209,7 +209,7 @@ func tenantClient(t *testing.T, ns string) kubernetes.Interface {
 func applyAdmissionPolicies(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
-	p, err := cl.ApplyAdmissionPolicies(ctx, filepath.Join("..", "..", "charts", "tessera"))
+	p, err := cl.ApplyAdmissionPolicies(ctx, chartDir)
 	if p != nil {
 		t.Cleanup(func() { p.Remove(ctx, cl) })
 	}
@@ -235,11 +235,9 @@ func waitHandedOff(t *testing.T, ns, name string) *corev1.Pod {
 	return p
 }
 
-// agentUser is the chart's node agent account (release tessera in tessera-system).
-const agentUser = "system:serviceaccount:tessera-system:tessera-vgpu-device-plugin"
-
-// agentAttacks acts as the node agent of a node other than the victim's, with the
-// permissions the chart gives the agent and the node claim its pod-bound token carries.
+// agentAttacks acts as the node agent of a node other than the victim's, under the chart's
+// agent account and RBAC (the harness runs its agents under them) and with the node claim
+// its pod-bound token carries.
 func agentAttacks(t *testing.T, victim *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
@@ -254,22 +252,9 @@ func agentAttacks(t *testing.T, victim *corev1.Pod) {
 			break
 		}
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-tessera-agent"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch", "patch"}}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-tessera-agent"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agentUser}}}
-	if _, err := cl.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Client.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{}) })
-	if _, err := cl.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Client.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}) })
 	cfg := rest.CopyConfig(cl.Rest)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:tessera-system", "system:authenticated"},
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: cluster.AgentUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + cluster.HarnessNamespace, "system:authenticated"},
 		Extra:  map[string][]string{"authentication.kubernetes.io/node-name": {claim}}}
 	agent, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -10,9 +10,11 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
@@ -56,7 +58,7 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 	}
 	defer os.Remove(lib)
 
-	helm.run(t, "install", release, helm.packageCurrent(t), "--namespace", releaseNS, "--create-namespace", harnessUsers)
+	helm.run(t, append([]string{"install", release, helm.packageCurrent(t), "--namespace", releaseNS, "--create-namespace"}, harnessUsers()...)...)
 	installed := true
 	defer func() {
 		if installed {
@@ -65,6 +67,14 @@ func TestUninstallRemovesHostFilesOnlyWhereNoPodHoldsASlot(t *testing.T) {
 		deleteReleaseNamespace(t)
 		restoreHarness(t)
 	}()
+	// The harness's agents run under the harness release's account, not this release's:
+	// bind them to the Role this release gives its own agents to watch their DaemonSet.
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "harness-agent-uninstall", Namespace: releaseNS},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: release + "-vgpu-device-plugin-uninstall"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: cluster.AgentAccount, Namespace: cluster.HarnessNamespace}}}
+	if _, err := cl.Client.RbacV1().RoleBindings(releaseNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	_, agentConf := rollout(t, dir, currentVersion)
 	if !strings.Contains(agentConf, "uninstallDaemonSet: \""+releaseNS+"/") {
 		t.Fatalf("the chart's agent config does not name the agent's DaemonSet:\n%s", agentConf)

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
@@ -33,11 +32,17 @@ const (
 	currentVersion = "0.2.0-e2e"
 	release        = "tessera"
 	releaseNS      = "tessera-system"
-	// harnessUsers lets the harness's scheduler and agents, which run as the admin user
-	// rather than the chart's service accounts, write what the chart's admission
-	// policies keep for those accounts.
-	harnessUsers = "--set=admissionPolicy.extraSchedulerUsers={" + cluster.HarnessUser + "}"
 )
+
+// harnessUsers lets the harness's scheduler and agents, which run under the harness
+// release's service accounts rather than the installed release's, write what the
+// installed chart's admission policies keep for its own accounts. The release's admission
+// webhook is left out: the harness runs none of the chart's pods, so nothing would answer
+// it (the harness runs its own, TestAdmissionWebhookRoutesADeploymentOntoCards).
+func harnessUsers() []string {
+	return []string{"--set=admissionPolicy.extraSchedulerUsers={" + strings.Join(cl.SchedulerUsers(), ",") + "}",
+		"--set=admission.enabled=false"}
+}
 
 // helmCLI runs Helm's own CLI (built from e2e/tools/helm) against the e2e API server,
 // with its cache, config and data in dir.
@@ -289,7 +294,7 @@ func TestUpgradeFromThePreviousChartKeepsRunningPodsCards(t *testing.T) {
 	before := snapshot(t, pods)
 	deployBefore, dsBefore := templateChecksums(t)
 
-	helm.run(t, "upgrade", release, helm.packageCurrent(t), "--namespace", releaseNS, harnessUsers)
+	helm.run(t, append([]string{"upgrade", release, helm.packageCurrent(t), "--namespace", releaseNS}, harnessUsers()...)...)
 	checkHistory(t, helm)
 	deployAfter, dsAfter := templateChecksums(t)
 	if deployAfter == deployBefore || dsAfter == dsBefore {

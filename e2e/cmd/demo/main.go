@@ -50,7 +50,7 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 		return err
 	}
 	fmt.Println("== Starting the cluster (run directory", runDir+")")
-	c, err := cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Progress: os.Stdout,
+	c, err := cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Progress: os.Stdout, ChartDir: filepath.Join(root, "charts", "tessera"),
 		SchedulerConf: filepath.Join(root, "config", "volcano-scheduler.conf"),
 		Nodes:         []cluster.Node{{Name: "gpu-node-1", Machine: "dgxa100"}, {Name: "gpu-node-2", Machine: "a30x4"}}})
 	if err != nil {

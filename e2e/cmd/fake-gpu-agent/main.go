@@ -8,7 +8,8 @@
 // nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
 // that they are unique across nodes and stable across restarts of the agent. With
 // --fault-dir, a file xid-<index> holding an XID number makes that card report the XID
-// (a30x4 and l40sxN machines; see watchFaults). With --toolkit-cdi-dir, it first writes
+// (a30x4 and l40sxN machines; see watchFaults), and a file processes-<index> lists the
+// card's processes. With --toolkit-cdi-dir, it first writes
 // the CDI spec the NVIDIA Container Toolkit would write for the machine (toolkit.go).
 package main
 

@@ -153,11 +153,19 @@ func (c *Cluster) startAPIProxy() error {
 	c.mu.Lock()
 	c.closers = append(c.closers, func() { _ = srv.Close(); f.Close() })
 	c.mu.Unlock()
+	path := filepath.Join(c.Opts.RunDir, "kubeconfig-scheduler")
+	if c.Opts.ChartDir != "" {
+		if err := c.accountKubeconfig(context.Background(), path, "https://"+lis.Addr().String(), schedulerAccount, nil); err != nil {
+			return err
+		}
+		c.schedKubeconfig = path
+		return nil
+	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["tessera-e2e"] = &clientcmdapi.Cluster{Server: "https://" + lis.Addr().String(), InsecureSkipTLSVerify: true}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.Rest.BearerToken}
 	kc.Contexts["tessera-e2e"] = &clientcmdapi.Context{Cluster: "tessera-e2e", AuthInfo: "admin"}
 	kc.CurrentContext = "tessera-e2e"
-	c.schedKubeconfig = filepath.Join(c.Opts.RunDir, "kubeconfig-scheduler")
+	c.schedKubeconfig = path
 	return clientcmd.WriteToFile(*kc, c.schedKubeconfig)
 }

@@ -58,7 +58,10 @@ type Options struct {
 	SchedulerArgs []string
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
-	Progress  io.Writer
+	// ChartDir, when set, is the chart whose service accounts and RBAC the scheduler and
+	// the agents run under (identity.go); empty: they act as the admin (HarnessUser).
+	ChartDir string
+	Progress io.Writer
 }
 
 // Cluster is a running local cluster.
@@ -129,6 +132,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	if err := step("kube-controller-manager", func() error { return c.startKubeControllerManager(ctx) }); err != nil {
 		return nil, err
+	}
+	if o.ChartDir != "" {
+		if err := step("the chart's accounts", func() error { return c.applyIdentities(ctx) }); err != nil {
+			return nil, err
+		}
 	}
 	if err := step("vc-webhook-manager", func() error { return c.startWebhook(ctx) }); err != nil {
 		return nil, err
@@ -408,13 +416,6 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err == nil, err
 	})
 }
-
-// Where the scheduler keeps its assignment signing keys and publishes their public
-// halves for the agents (the chart uses its own namespace).
-const (
-	SigningSecret  = "kube-system/tessera-assignment-signing"
-	AssignmentKeys = "kube-system/tessera-assignment-keys"
-)
 
 // SchedulerMetricsURL is where the scheduler serves its Prometheus metrics (Volcano's
 // and the vgpu plugin's).

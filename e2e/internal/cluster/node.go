@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -208,7 +209,11 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		return err
 	}
 	metrics := fmt.Sprintf("127.0.0.1:%d", mp)
-	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + c.Kubeconfig,
+	kubeconfig, err := c.agentKubeconfig(ctx, name)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"--machine=" + n.Machine, "--node-name=" + name, "--kubeconfig=" + kubeconfig,
 		"--device-plugin-dir=" + filepath.Join(dir, "device-plugins"),
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
 		"--state-dir=" + c.StateDir(name), "--metrics-address=" + metrics,
@@ -258,6 +263,35 @@ func (c *Cluster) InjectXID(node string, index int, xid uint64) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("xid-%d", index)))
+}
+
+// ListProcesses makes NVML on the node list these processes (pid to bytes of device memory)
+// on card index, as the driver would; an empty map lists none.
+func (c *Cluster) ListProcesses(node string, index int, procs map[int]uint64) error {
+	n, ok := c.node(node)
+	if !ok || n.Machine == "dgxa100" {
+		return fmt.Errorf("node %q cannot list fake processes", node)
+	}
+	dir := filepath.Join(c.NodeDir(node), "faults")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("processes-%d", index))
+	if len(procs) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	var b strings.Builder
+	for pid, used := range procs {
+		fmt.Fprintf(&b, "%d %d\n", pid, used)
+	}
+	tmp := filepath.Join(dir, ".processes.tmp")
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // HookLibrary is the hook library path every agent hands to its containers.

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -20,8 +18,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// HarnessUser is who the harness's scheduler and agents act as (the admin token), where
-// the chart runs them under service accounts of their own.
+// HarnessUser is who the harness's scheduler and agents act as without Options.ChartDir
+// (the admin token); with it they run under the chart's service accounts (identity.go).
 const HarnessUser = "admin"
 
 // Policies are the chart's admission policies as applied to the cluster.
@@ -30,25 +28,21 @@ type Policies struct {
 }
 
 // ApplyAdmissionPolicies renders the chart's ValidatingAdmissionPolicies with Helm, as
-// helm install would (with HarnessUser allowed to write what the chart keeps for its
-// scheduler and agents), creates them and waits until the API server enforces them.
+// helm install would for the harness's release (whose scheduler and agent accounts are
+// the harness's own; without Options.ChartDir, HarnessUser is allowed to write what the
+// chart keeps for them), creates them and waits until the API server enforces them.
 func (c *Cluster) ApplyAdmissionPolicies(ctx context.Context, chartDir string) (*Policies, error) {
-	dir, err := os.MkdirTemp("", "tessera-helm-")
+	args := []string{"--show-only", "templates/admission-policy.yaml"}
+	if c.Opts.ChartDir == "" {
+		args = append(args, "--set=admissionPolicy.extraSchedulerUsers={"+HarnessUser+"}")
+	}
+	rendered, err := c.helmTemplate(ctx, chartDir, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, c.Opts.Bin.Helm, "template", "tessera", chartDir, "--namespace", "tessera-system",
-		"--set=admissionPolicy.extraSchedulerUsers={"+HarnessUser+"}", "--kube-version", "1.34.2",
-		"--show-only", "templates/admission-policy.yaml")
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("helm template: %w: %s", err, errOut.String())
-	}
+	out := bytes.NewBuffer(rendered)
 	applied := &Policies{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(out, 4096)
 	regs := c.Client.AdmissionregistrationV1()
 	for {
 		var raw map[string]any
