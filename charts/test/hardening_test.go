@@ -101,16 +101,16 @@ func TestServiceAccountsAreIndependentOfRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = r.WithoutHooks()
-	if k := r.Kinds(); k["ServiceAccount"] != 2 || k["ClusterRole"] != 0 || k["ClusterRoleBinding"] != 0 || k["Role"] != 0 {
-		t.Errorf("rbac.create=false renders %v, want the 2 ServiceAccounts and no roles", k)
+	if k := r.Kinds(); k["ServiceAccount"] != 3 || k["ClusterRole"] != 0 || k["ClusterRoleBinding"] != 0 || k["Role"] != 0 {
+		t.Errorf("rbac.create=false renders %v, want the 3 ServiceAccounts (scheduler, agent, webhook) and no roles", k)
 	}
 	r, err = RenderValues(t, "scheduler:\n  serviceAccount: {create: false, name: sched-sa}\n"+
 		"devicePlugin:\n  serviceAccount: {create: true, name: agent-sa, annotations: {team: gpu}}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := r.WithoutHooks().Kinds(); k["ServiceAccount"] != 1 {
-		t.Errorf("%d ServiceAccounts, want only the agent's", k["ServiceAccount"])
+	if k := r.WithoutHooks().Kinds(); k["ServiceAccount"] != 2 {
+		t.Errorf("%d ServiceAccounts, want only the agent's and the webhook's", k["ServiceAccount"])
 	}
 	var sa corev1.ServiceAccount
 	r.Get(t, "ServiceAccount", "agent-sa", &sa)

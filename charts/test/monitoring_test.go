@@ -158,10 +158,10 @@ func TestDashboardConfigMapCarriesTheDashboardFile(t *testing.T) {
 	t.Fatalf("no dashboard ConfigMap: %v", r.Names())
 }
 
-// The agent sees the containers' processes (to leave exited ones out of used memory)
-// only when told to: nothing else needs the host's pid namespace.
-func TestTheAgentRunsInTheHostPIDNamespaceOnlyWhenTurnedOn(t *testing.T) {
-	for values, want := range map[string]bool{"": false, "devicePlugin:\n  hostPID: true\n": true} {
+// The agent runs in the host's pid namespace by default: the memory guard cannot tell
+// which pod's processes hold a card without it. It may be turned off.
+func TestTheAgentRunsInTheHostPIDNamespaceUnlessTurnedOff(t *testing.T) {
+	for values, want := range map[string]bool{"": true, "devicePlugin:\n  hostPID: false\n": false} {
 		r, err := RenderValues(t, values)
 		if err != nil {
 			t.Fatal(err)
@@ -170,6 +170,33 @@ func TestTheAgentRunsInTheHostPIDNamespaceOnlyWhenTurnedOn(t *testing.T) {
 		r.Get(t, "DaemonSet", "gpu-tessera-vgpu-device-plugin", &ds)
 		if ds.Spec.Template.Spec.HostPID != want {
 			t.Errorf("values %q: hostPID %v, want %v", values, ds.Spec.Template.Spec.HostPID, want)
+		}
+	}
+}
+
+// The agent gets CAP_KILL, and only it, exactly when its memory guard may kill: mode
+// enforce in the host's pid namespace. Every container still drops every other capability.
+func TestTheAgentMayKillOnlyWhenItsMemoryGuardEnforces(t *testing.T) {
+	for values, want := range map[string]bool{
+		"": true,
+		"devicePlugin:\n  config:\n    memoryGuard: {mode: report}\n":  false,
+		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n": false,
+		"devicePlugin:\n  hostPID: false\n":                            false,
+	} {
+		r, err := RenderValues(t, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := agentPod(t, r)
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			caps := c.SecurityContext.Capabilities
+			kill := len(caps.Add) == 1 && caps.Add[0] == "KILL"
+			if len(caps.Drop) != 1 || caps.Drop[0] != "ALL" || (len(caps.Add) > 0 && !kill) {
+				t.Errorf("values %q: container %s capabilities %+v", values, c.Name, caps)
+			}
+			if wantHere := want && c.Name == "vgpu-device-plugin"; kill != wantHere {
+				t.Errorf("values %q: container %s may kill: %v, want %v", values, c.Name, kill, wantHere)
+			}
 		}
 	}
 }

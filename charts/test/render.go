@@ -69,14 +69,21 @@ func RenderValues(t testing.TB, valuesYAML string) (*Rendered, error) {
 	return RenderChart(t, loadChart(t), v, "volcano-system")
 }
 
-// RenderChart renders ch (a loaded chart, possibly changed by the test) with user values.
+// RenderChart renders ch (a loaded chart, possibly changed by the test) with user values,
+// as the release "gpu".
 func RenderChart(t testing.TB, ch *chart.Chart, user map[string]interface{}, namespace string) (*Rendered, error) {
+	t.Helper()
+	return RenderRelease(t, ch, user, "gpu", namespace)
+}
+
+// RenderRelease renders ch as the named release (object names derive from it).
+func RenderRelease(t testing.TB, ch *chart.Chart, user map[string]interface{}, release, namespace string) (*Rendered, error) {
 	t.Helper()
 	if err := chartutil.ProcessDependenciesWithMerge(ch, user); err != nil {
 		t.Fatalf("dependencies: %v", err)
 	}
 	vals, err := chartutil.ToRenderValues(ch, user, chartutil.ReleaseOptions{
-		Name: "gpu", Namespace: namespace, Revision: 1, IsInstall: true,
+		Name: release, Namespace: namespace, Revision: 1, IsInstall: true,
 	}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err

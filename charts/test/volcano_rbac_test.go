@@ -66,11 +66,10 @@ var notNeeded = func() map[rule]bool {
 		}
 	}
 	add("apiextensions.k8s.io", "customresourcedefinitions", "create", "get", "list", "watch", "delete") // the scheduler reads no CRD
-	add("batch.volcano.sh", "jobs", "get", "list", "watch", "update", "delete")                          // the job controller's
+	add("batch.volcano.sh", "jobs", "update", "delete")                                                  // the job controller's (vgpu only reads them)
 	add("batch.volcano.sh", "jobs/status", "update", "patch")
 	add("", "events", "list", "watch")                                          // the recorder only writes
 	add("", "pods", "patch")                                                    // deviceshare only
-	add("", "pods", "delete")                                                   // preempt, reclaim, shuffle only
 	add("", "nodes", "update", "patch")                                         // deviceshare's node lock only
 	add("", "configmaps", "get", "list", "watch", "create", "delete", "update") // deviceshare reads one
 	add("scheduling.volcano.sh", "queues", "delete")
@@ -156,6 +155,7 @@ func TestSchedulerPermissionsFollowTheConfiguration(t *testing.T) {
 		name, values string
 		need         []rule
 	}{
+		{"the default conf's preempt and reclaim evict", "", []rule{{"", "pods", "delete"}}},
 		{"preempt evicts", "scheduler:\n  conf: {actions: \"enqueue, allocate, preempt, backfill\"}\n", []rule{{"", "pods", "delete"}}},
 		{"reclaim in an override evicts", "scheduler:\n  conf:\n    override: |\n      actions: \"enqueue, allocate, reclaim\"\n      tiers:\n      - plugins:\n        - name: gang\n",
 			[]rule{{"", "pods", "delete"}}},
@@ -184,10 +184,15 @@ func TestSchedulerPermissionsFollowTheConfiguration(t *testing.T) {
 		}
 	}
 	ours, _ := schedulerRules(t, "")
-	for _, p := range []rule{{"", "pods", "delete"}, {"", "pods", "patch"}, {"", "nodes", "patch"}, {"", "configmaps", "get"},
+	for _, p := range []rule{{"", "pods", "patch"}, {"", "nodes", "patch"}, {"", "configmaps", "get"},
 		{"resource.k8s.io", "resourceclaims", "update"}, {"shard.volcano.sh", "nodeshards/status", "update"}} {
 		if ours[p] {
 			t.Errorf("default configuration: the scheduler may %s %q, which it does not use", p.verb, p.resource)
 		}
+	}
+	// A conf without an evicting action evicts nothing, so it may delete no pod.
+	ours, _ = schedulerRules(t, "scheduler:\n  conf: {actions: \"enqueue, allocate, backfill\"}\n")
+	if ours[rule{"", "pods", "delete"}] {
+		t.Errorf("actions enqueue, allocate, backfill: the scheduler may delete pods, which it does not use")
 	}
 }

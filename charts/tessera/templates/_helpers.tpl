@@ -53,6 +53,14 @@ of them (a new image tag or configuration still rolls them). Call with (list $ "
 {{- end }}
 {{- end -}}
 
+{{/* Annotations of a component's pod template: the chart's own (checksums that roll the pods)
+over the user's <component>.podAnnotations, which may be absent (a release upgraded with
+--reuse-values keeps the older chart's values). Call with (list $own $user). */}}
+{{- define "tessera.podAnnotations" -}}
+{{- $own := index . 0 -}}{{- $user := index . 1 | default dict -}}
+{{- toYaml (merge (deepCopy $own) $user) -}}
+{{- end -}}
+
 {{/* Selector labels of one component; call with (list $ "scheduler"). */}}
 {{- define "tessera.selector" -}}
 {{- $ := index . 0 -}}
@@ -191,3 +199,19 @@ whose cards help). Either way deviceshare.VGPUEnable must stay off. */}}
 {{- toYaml $conf -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The agent container's security context: devicePlugin.securityContext, with CAP_KILL
+added when the memory guard may kill (mode enforce, in the host's pid namespace): the
+processes it stops run under the workloads' users. */}}
+{{- define "tessera.agentSecurityContext" -}}
+{{- $sc := deepCopy (default dict .Values.devicePlugin.securityContext) -}}
+{{- if and .Values.devicePlugin.hostPID (eq (toString .Values.devicePlugin.config.memoryGuard.mode) "enforce") -}}
+{{- $caps := default dict $sc.capabilities -}}
+{{- $add := default list $caps.add -}}
+{{- if not (has "KILL" $add) -}}{{- $add = append $add "KILL" -}}{{- end -}}
+{{- $_ := set $caps "add" $add -}}
+{{- $_ := set $sc "capabilities" $caps -}}
+{{- end -}}
+{{- toYaml $sc -}}
+{{- end -}}
+

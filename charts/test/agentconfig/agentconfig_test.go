@@ -7,7 +7,9 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -76,5 +78,25 @@ func TestTheAgentVerifiesAssignmentsWithTheReleasesKeys(t *testing.T) {
 	}
 	if cfg := agentConfig(t, r); cfg.AssignmentKeys != "gpu-system/keys" || cfg.UnsignedAssignments != dpconfig.UnsignedAllow {
 		t.Errorf("assignmentKeys %q unsignedAssignments %q", cfg.AssignmentKeys, cfg.UnsignedAssignments)
+	}
+}
+
+// The memory guard's settings reach the agent, and the agent accepts them.
+func TestTheMemoryGuardIsOnAndConfigurable(t *testing.T) {
+	cfg := agentConfig(t, charttest.MustRender(t, ""))
+	if g := cfg.MemoryGuard; g.Mode != dpconfig.MemoryGuardEnforce || g.Interval.Duration != 5*time.Second || g.OverChecks != 2 ||
+		g.ContextAllowance.String() != "768Mi" || g.CountedProcesses != 4 {
+		t.Errorf("default memory guard %+v", g)
+	}
+	r, err := charttest.RenderValues(t, "devicePlugin:\n  config:\n    memoryGuard: {mode: report, interval: 30s, overChecks: 3, contextAllowance: 1Gi, countedProcesses: 1}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := agentConfig(t, r).MemoryGuard; g.Mode != dpconfig.MemoryGuardReport || g.Interval.Duration != 30*time.Second || g.OverChecks != 3 ||
+		g.ContextAllowance.String() != "1Gi" || g.CountedProcesses != 1 {
+		t.Errorf("custom memory guard %+v", g)
+	}
+	if _, err := charttest.RenderValues(t, "devicePlugin:\n  config:\n    memoryGuard: {mode: kill}\n"); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("mode kill: %v, want a schema error naming mode", err)
 	}
 }
