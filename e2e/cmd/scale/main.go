@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,8 @@ func main() {
 	crashAt := flag.Float64("crash-at", 0, "kill the scheduler once this fraction of the pods is bound (0.3: 30%) and start it again at once, a crash mid-burst; the over-commit check then covers what the restarted scheduler placed while its cache was loading (0: no crash; not with -profile)")
 	profile := flag.Duration("profile", 0, "take CPU profiles of this length, back to back, of the live scheduler while it places the workload (cpu-NN.pprof, heap.pprof in each scheduler's directory; 0: none)")
 	out := flag.String("out", "", "directory for the results (default: a new run directory)")
+	rev := flag.String("revision", "", "the code's revision, saved with the results (make scale passes its REVISION; default: git's)")
+	data := flag.String("data", "", "directory to save each scheduler's results in as well, without the run's logs (make plots reads docs/data/scale-*)")
 	report := flag.String("report", "", "only print the table of the results saved in this directory")
 	var schedFlags flagList
 	flag.Var(&schedFlags, "scheduler-flag", "extra vc-scheduler flag, e.g. -scheduler-flag=--v=4 (repeatable; for diagnosis: verbose logs slow the scheduler)")
@@ -70,10 +73,31 @@ func main() {
 	if *crashAt < 0 || *crashAt >= 1 || *crashAt > 0 && *profile > 0 {
 		fail(fmt.Errorf("-crash-at %v: want a fraction in [0, 1), and no -profile with it (the profiles follow one process)", *crashAt))
 	}
-	if err := run(ctx, root, *cache, *out, *lock, modes, scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
-		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, CrashAt: *crashAt, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}); err != nil {
+	cfg := scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
+		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, CrashAt: *crashAt, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}
+	if *rev == "" {
+		*rev = revision(root)
+	}
+	where := provenance{machine: scale.Machine(), revision: *rev, command: strings.Join(os.Args[1:], " ")}
+	if err := run(ctx, *cache, *out, *data, *lock, modes, cfg, where); err != nil {
 		fail(err)
 	}
+}
+
+// provenance is where and on what code a run was made, saved with its results.
+type provenance struct{ machine, revision, command string }
+
+// revision is the repository's commit, with -dirty when the working tree differs from it.
+func revision(root string) string {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if exec.Command("git", "-C", root, "diff", "--quiet", "HEAD", "--").Run() != nil {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // flagList collects a repeated string flag.
@@ -87,7 +111,8 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode, cfg scale.Config) error {
+func run(ctx context.Context, cache, out, data, lock string, modes []scale.Mode, cfg scale.Config, where provenance) error {
+	root := cfg.Root
 	if err := cluster.CheckRoot(); err != nil {
 		return err
 	}
@@ -106,6 +131,14 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 		}
 	}
 	fmt.Println("== Results in", out, "| machine:", scale.Machine())
+	if data != "" {
+		// The data directory holds this run's results alone.
+		for _, m := range scale.Modes {
+			if err := os.Remove(filepath.Join(data, string(m)+".json")); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
 	var failed []error
 	for _, m := range modes {
 		cfg.Mode = m
@@ -138,8 +171,17 @@ func run(ctx context.Context, root, cache, out, lock string, modes []scale.Mode,
 			}
 			continue
 		}
+		res.Machine, res.Revision, res.Command = where.machine, where.revision, where.command
 		if err := scale.Save(res, out); err != nil {
 			return err
+		}
+		if data != "" {
+			if err := os.MkdirAll(data, 0o755); err != nil {
+				return err
+			}
+			if err := scale.Save(res, data); err != nil {
+				return err
+			}
 		}
 	}
 	if len(failed) == len(modes) {

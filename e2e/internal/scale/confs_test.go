@@ -56,8 +56,9 @@ func TestConfsDifferOnlyInTheDevicePlugin(t *testing.T) {
 			}
 		}
 	}
+	// The shipped conf may leave deviceshare out or keep it with VGPUEnable off.
 	on := func(m Mode) any { return plugins[m]["deviceshare"]["deviceshare.VGPUEnable"] }
-	if on(DeviceShare) != true || on(Floor) != false || on(Tessera) != false {
+	if on(DeviceShare) != true || on(Floor) == true || on(Tessera) == true {
 		t.Errorf("deviceshare.VGPUEnable: floor %v, deviceshare %v, tessera %v; want only deviceshare on", on(Floor), on(DeviceShare), on(Tessera))
 	}
 }

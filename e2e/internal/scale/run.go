@@ -3,25 +3,13 @@ package scale
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
-
-	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
-	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 // Config is one scheduler's run.
@@ -104,486 +92,50 @@ type Result struct {
 	// ProfiledPods is how many pods were bound while the CPU profiles ran (-profile),
 	// the divisor of the CPU-per-pod breakdown (WriteCPUPerPod); 0 when not profiled.
 	ProfiledPods int `json:",omitempty"`
+	// BoundBySecond[i] is how many of the workload's pods were seen bound i seconds after
+	// the first submit, up to the last bind: the pods-bound-over-time curve (make plots).
+	BoundBySecond []int `json:",omitempty"`
+	// Samples are the scheduler's CPU time and RSS, read once a second while the run
+	// waited for the workload.
+	Samples []Sample `json:",omitempty"`
+	// Machine and Revision say where and on what code the run was made; Command is the
+	// scale tool's arguments.
+	Machine, Revision, Command string `json:",omitempty"`
+}
+
+// Sample is the scheduler as read from /proc at one moment of the burst.
+type Sample struct {
+	Seconds float64 // since the first submit
+	CPU     float64 // seconds of scheduler CPU since the burst began (a crashed process's included)
+	RSSMiB  float64
 }
 
 // CardCores is the cluster's card cores (100 per card).
 func (r *Result) CardCores() float64 { return float64(r.Nodes*CardsPerNode) * 100 }
 
 // Run brings up a cluster, runs the workload through one scheduler and returns the
-// figures. The cluster is stopped on return.
+// figures. The cluster is stopped on return. Its steps: set the cluster up (setup.go),
+// submit the workload and wait for it (burst.go), compute the figures (results.go), and
+// restart the scheduler under new work (restart.go).
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	conf, err := WriteConf(cfg.Mode, cfg.Root, cfg.RunDir)
+	c, stop, err := setUp(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{Bin: cfg.Bin, RunDir: cfg.RunDir, SchedulerConf: conf,
-		// Volcano's job controller creates every pod; at its default 50 requests/s and three
-		// workers it, not the scheduler, would set the pace of a thousand-node run.
-		ControllerArgs: []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
-		SchedulerArgs:  schedulerArgs(cfg),
-		Progress:       cfg.Progress})
+	defer stop()
+	b, err := runBurst(ctx, c, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Stop()
-	if err := StartKwok(c, cfg.Kwok, cfg.RunDir, cfg.PodLife); err != nil {
+	if err := results(b, cfg); err != nil {
 		return nil, err
-	}
-	// Heartbeats from the start: Volcano drops a node whose handshake is a minute old.
-	beat, stopBeat := context.WithCancel(ctx)
-	defer stopBeat()
-	go heartbeats(beat, c.Client, cfg.Nodes, cfg.Progress)
-	if err := setup(ctx, c, cfg); err != nil {
-		return nil, err
-	}
-
-	tr, err := Track(ctx, c.Client)
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{Mode: cfg.Mode, Nodes: cfg.Nodes, Jobs: len(cfg.Jobs), StartedAt: time.Now().UTC()}
-	for _, j := range cfg.Jobs {
-		res.PodsSubmitted += j.Pods()
-	}
-	pid, metricsURL, _ := c.SchedulerProcess()
-	before, err := ScrapeHistogram(metricsURL, sessionMetric)
-	if err != nil {
-		return nil, fmt.Errorf("scheduler metrics: %w", err)
-	}
-	cpu0, err := CPUTime(pid)
-	if err != nil {
-		return nil, err
-	}
-	res.LoadStart = LoadAverage()
-	var loads []float64
-	fmt.Fprintf(cfg.Progress, "  submitting %d jobs (%d pods), %s\n", len(cfg.Jobs), res.PodsSubmitted, rateText(cfg.Rate))
-	prof := startProfiler(ctx, metricsURL, cfg.RunDir, cfg.Profile)
-	defer prof.cancel()
-	submitted, err := submit(ctx, c, cfg)
-	if err != nil {
-		return nil, err
-	}
-	last, lastBound := time.Now(), 0
-	deadline := time.Now().Add(cfg.Timeout)
-	var crashCPU time.Duration // the killed process's
-	var restarted time.Time
-	for tick := 0; ; tick++ {
-		time.Sleep(time.Second)
-		n := tr.Bound()
-		if n != lastBound {
-			if !restarted.IsZero() && res.CrashResumed < 0 {
-				res.CrashResumed = time.Since(restarted).Seconds()
-			}
-			last, lastBound = time.Now(), n
-		}
-		if cfg.CrashAt > 0 && res.CrashBound == 0 && float64(n) >= cfg.CrashAt*float64(res.PodsSubmitted) {
-			used, err := CPUTime(pid)
-			if err != nil {
-				return nil, err
-			}
-			crashCPU = used - cpu0
-			fmt.Fprintf(cfg.Progress, "  %s: killing the scheduler with %d/%d pods bound, starting it again\n", cfg.Mode, n, res.PodsSubmitted)
-			c.KillScheduler()
-			if err := c.StartScheduler(ctx); err != nil {
-				return nil, fmt.Errorf("restarting the scheduler after the crash: %w", err)
-			}
-			res.CrashBound, res.CrashResumed = max(n, 1), -1
-			pid, metricsURL, restarted = c.SchedulerProcess()
-			if cpu0, err = CPUTime(pid); err != nil {
-				return nil, err
-			}
-			before = Histogram{} // the new process's sessions from its start
-			last = time.Now()
-		}
-		if tick%10 == 0 {
-			loads = append(loads, LoadAverage())
-			fmt.Fprintf(cfg.Progress, "  %s: %d/%d pods bound (load %.1f)\n", cfg.Mode, n, res.PodsSubmitted, loads[len(loads)-1])
-		}
-		if n >= res.PodsSubmitted || time.Since(last) > cfg.Stall || time.Now().After(deadline) {
-			break
-		}
-		if err := c.SchedulerGone(); err != nil {
-			return nil, fmt.Errorf("after %d of %d pods bound: %w", n, res.PodsSubmitted, err)
-		}
-	}
-	if err := c.SchedulerGone(); err != nil {
-		return nil, err
-	}
-	cpu1, err := CPUTime(pid)
-	if err != nil {
-		return nil, err
-	}
-	if err := prof.stop(); err != nil {
-		return nil, err
-	}
-	after, err := ScrapeHistogram(metricsURL, sessionMetric)
-	if err != nil {
-		return nil, err
-	}
-	res.LoadEnd = LoadAverage()
-	res.LoadMean = mean(append(loads, res.LoadEnd))
-	res.SchedulerCPU = (cpu1 - cpu0 + crashCPU).Seconds()
-	if res.RSSMiB, res.PeakRSSMiB, err = Memory(pid); err != nil {
-		return nil, err
-	}
-	s := after.Since(before)
-	res.SessionCount, res.SessionP50, res.SessionP90, res.SessionP99 = s.Count, s.Quantile(0.5), s.Quantile(0.9), s.Quantile(0.99)
-	if s.Count > 0 {
-		res.SessionMean = s.Sum / s.Count
-	}
-	if err := figures(res, tr, submitted, cfg); err != nil {
-		return nil, err
-	}
-	if cp, err := ReadCPUProfiles(cfg.RunDir); err != nil {
-		return nil, err
-	} else if cp != nil {
-		res.ProfiledPods = boundWithin(tr.BoundAt(), cp.Start, cp.End)
 	}
 	if cfg.Restart > 0 {
-		if err := restart(ctx, c, tr, cfg, res); err != nil {
+		if err := restart(ctx, c, b.tr, cfg, b.res); err != nil {
 			return nil, err
 		}
 	}
-	return res, nil
-}
-
-func schedulerArgs(cfg Config) []string {
-	args := append([]string(nil), cfg.SchedulerFlags...)
-	if cfg.Profile > 0 {
-		args = append(args, "--enable-pprof")
-	}
-	return args
-}
-
-func rateText(rate float64) string {
-	if rate <= 0 {
-		return "in one burst"
-	}
-	return fmt.Sprintf("%.1f jobs/s", rate)
-}
-
-func mean(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(max(1, len(v)))
-}
-
-// setup creates the namespace, the queues and the nodes, and waits until kwok has made
-// every node Ready.
-func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
-	start := time.Now()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	for _, q := range Queues {
-		queue := &schedulingv1beta1.Queue{ObjectMeta: metav1.ObjectMeta{Name: q.Name},
-			Spec: schedulingv1beta1.QueueSpec{Weight: q.Weight, Reclaimable: ptr(true)}}
-		if _, err := c.Volcano.SchedulingV1beta1().Queues().Create(ctx, queue, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("queue %s: %w", q.Name, err)
-		}
-	}
-	err := parallel(16, cfg.Nodes, func(i int) error {
-		n, err := Node(i)
-		if err != nil {
-			return err
-		}
-		for k, v := range Heartbeat(time.Now()) {
-			n.Annotations[k] = v
-		}
-		// The API server drops a new Node's status; kwok, which makes it Ready, may
-		// write it meanwhile: patch the card slots, CPU and memory in.
-		status, err := json.Marshal(map[string]any{"status": map[string]any{
-			"capacity": n.Status.Capacity, "allocatable": n.Status.Allocatable}})
-		if err != nil {
-			return err
-		}
-		if _, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
-			return fmt.Errorf("node %s status: %w", n.Name, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for {
-		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		ready := 0
-		for _, n := range nodes.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && len(n.Spec.Taints) == 0 {
-					ready++
-				}
-			}
-		}
-		if ready >= cfg.Nodes {
-			break
-		}
-		if time.Since(start) > 5*time.Minute {
-			return fmt.Errorf("%d of %d nodes Ready and untainted after 5 min (kwok log in %s)", ready, cfg.Nodes, c.LogDir())
-		}
-		time.Sleep(2 * time.Second)
-	}
-	fmt.Fprintf(cfg.Progress, "  %d kwok nodes Ready in %s\n", cfg.Nodes, time.Since(start).Round(time.Second))
-	return nil
-}
-
-func ptr[T any](v T) *T { return &v }
-
-// parallel runs f(0..n-1) on workers goroutines and returns the first error.
-func parallel(workers, n int, f func(int) error) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	next := make(chan int)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
-}
-
-// heartbeats refreshes every node's agent annotations every 20 s: Tessera's node agent
-// beats every 30 s, and the HAMi handshake must stay under a minute old however slow a
-// round of patches is on a loaded machine (Volcano's scheduler crashes on an older one
-// outside a pod: see Heartbeat). Each patch is stamped when it is sent, not when its
-// round began, and a round that takes longer than the period is reported: under
-// deviceshare's own patch per pod the API server is slow enough for a round of 1,000
-// to have taken most of a minute. Nodes not created yet are skipped.
-func heartbeats(ctx context.Context, c kubernetes.Interface, nodes int, progress io.Writer) {
-	const period = 20 * time.Second
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		start := time.Now()
-		_ = parallel(32, nodes, func(i int) error {
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": Heartbeat(time.Now())}})
-			_, err := c.CoreV1().Nodes().Patch(ctx, NodeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
-		})
-		if d := time.Since(start); d > period && ctx.Err() == nil {
-			fmt.Fprintf(progress, "  heartbeats: a round of %d node patches took %s (period %s)\n", nodes, d.Round(time.Second), period)
-		}
-	}
-}
-
-// submit creates the jobs, all at once or at the configured rate, and returns when each
-// was created.
-func submit(ctx context.Context, c *cluster.Cluster, cfg Config) (map[string]time.Time, error) {
-	at := make(map[string]time.Time, len(cfg.Jobs))
-	var mu sync.Mutex
-	withCards := cfg.Mode != Floor
-	start := time.Now()
-	err := parallel(8, len(cfg.Jobs), func(i int) error {
-		j := cfg.Jobs[i]
-		if cfg.Rate > 0 {
-			if wait := time.Until(start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))); wait > 0 {
-				time.Sleep(wait)
-			}
-		}
-		now := time.Now()
-		if _, err := c.Volcano.BatchV1alpha1().Jobs(Namespace).Create(ctx, j.VolcanoJob(withCards), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("job %s: %w", j.Name, err)
-		}
-		mu.Lock()
-		at[j.Name] = now
-		mu.Unlock()
-		return nil
-	})
-	return at, err
-}
-
-// jobOf is the job a pod belongs to (the label Volcano's job controller sets).
-func jobOf(p *corev1.Pod) string { return p.Labels["volcano.sh/job-name"] }
-
-// figures fills in throughput, latency, cards and shares from what the tracker saw.
-func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Config) error {
-	first := time.Time{}
-	for _, t := range submitted {
-		if first.IsZero() || t.Before(first) {
-			first = t
-		}
-	}
-	pods := tr.Pods()
-	boundAt := tr.BoundAt()
-	var lat []float64
-	var lastBind time.Time
-	for _, p := range pods {
-		t, ok := boundAt[p.Namespace+"/"+p.Name]
-		sub, known := submitted[jobOf(p)]
-		if !ok || !known {
-			continue
-		}
-		res.PodsBound++
-		if wantsCards(p) {
-			res.VGPUPodsBound++
-		}
-		lat = append(lat, t.Sub(sub).Seconds())
-		if t.After(lastBind) {
-			lastBind = t
-		}
-	}
-	sort.Float64s(lat)
-	res.LatencyP50, res.LatencyP99 = Percentile(lat, 0.5), Percentile(lat, 0.99)
-	if res.PodsBound > 0 {
-		res.Seconds = lastBind.Sub(first).Seconds()
-		res.PodsPerSecond = float64(res.PodsBound) / res.Seconds
-	}
-	if cfg.Mode == Floor {
-		return nil
-	}
-	queues := map[string]string{}
-	for _, j := range cfg.Jobs {
-		queues[j.Name] = j.Queue
-	}
-	load, held, missing, err := Cards(pods, &api.Decoders{}, func(p *corev1.Pod) string { return queues[jobOf(p)] })
-	if err != nil {
-		return err
-	}
-	res.MissingAssignments = missing
-	res.CardsInUse = len(load)
-	// The bound is of what the bound pods asked for, the same for every scheduler
-	// (what a scheduler records may round a request up).
-	specs := map[string]JobSpec{}
-	for _, j := range cfg.Jobs {
-		specs[j.Name] = j
-	}
-	var asked fairshare.Amount
-	for _, p := range pods {
-		if _, ok := boundAt[p.Namespace+"/"+p.Name]; ok && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			c, m := specs[jobOf(p)].CardShare()
-			asked = asked.Add(fairshare.Amount{MemoryMiB: m, Cores: c})
-		}
-	}
-	res.LowerBound = LowerBound(asked.Cores, asked.MemoryMiB)
-	res.AskedCores, res.AskedMiB = asked.Cores, asked.MemoryMiB
-	for _, a := range held {
-		res.HeldCores += a.Cores
-		res.HeldMiB += a.MemoryMiB
-	}
-	res.Overcommitted = Overcommitted(load)
-	cards := float64(cfg.Nodes * CardsPerNode)
-	res.Queues = Shares(fairshare.Amount{MemoryMiB: cards * CardMiB, Cores: cards * 100}, Demand(cfg.Jobs), held)
-	return nil
-}
-
-// restart kills the scheduler, submits cfg.Restart one-pod jobs (a small slice of a
-// card each) while it is down, starts it again and measures how long it takes from its
-// start to bind them: the time to rebuild its view (and Tessera's card ledger) of every
-// running pod and resume placing.
-func restart(ctx context.Context, c *cluster.Cluster, tr *Tracker, cfg Config, res *Result) error {
-	// The count of PodGroup writes is a diagnosis: a run does not end on it.
-	writes0, werr := PodGroupWrites(ctx, c.Client)
-	c.KillScheduler()
-	jobs := make([]JobSpec, cfg.Restart)
-	for i := range jobs {
-		jobs[i] = JobSpec{Name: fmt.Sprintf("restart-%03d", i), Queue: Queues[i%len(Queues)].Name, Replicas: 1,
-			Cards: 1, MemMiB: 4096, Cores: 5, CPUMilli: 500, HostMiB: 1024}
-	}
-	for _, j := range jobs {
-		if _, err := c.Volcano.BatchV1alpha1().Jobs(Namespace).Create(ctx, j.VolcanoJob(cfg.Mode != Floor), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("job %s: %w", j.Name, err)
-		}
-	}
-	time.Sleep(2 * time.Second)
-	if err := c.StartScheduler(ctx); err != nil {
-		return err
-	}
-	_, metricsURL, started := c.SchedulerProcess()
-	profiled := make(chan struct{})
-	if cfg.Profile > 0 {
-		// What the restarted scheduler spends its first 15 s after it is healthy on
-		// (restart-cpu.pprof; the run waits for it before the cluster goes).
-		prof := startProfiler(ctx, metricsURL, cfg.RunDir, 0)
-		pctx, cancel := context.WithTimeout(ctx, 45*time.Second) // a scheduler that stops answering
-		go func() {
-			defer close(profiled)
-			defer cancel()
-			if err := prof.fetch(pctx, "/debug/pprof/profile?seconds=15", "restart-cpu.pprof"); err != nil {
-				fmt.Fprintf(cfg.Progress, "  restart profile: %v\n", err)
-			}
-		}()
-	} else {
-		close(profiled)
-	}
-	defer func() { <-profiled }()
-	res.RestartJobs, res.RestartFirst, res.RestartAll, res.RestartCreated = len(jobs), -1, -1, -1
-	names := map[string]bool{}
-	for _, j := range jobs {
-		names[j.Name] = true
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
-		bound, seen := tr.BoundAt(), tr.SeenAt()
-		var ts []time.Time
-		for _, p := range tr.Pods() {
-			if !names[jobOf(p)] {
-				continue
-			}
-			if t, ok := seen[p.Namespace+"/"+p.Name]; ok {
-				if d := t.Sub(started).Seconds(); res.RestartCreated < 0 || d < res.RestartCreated {
-					res.RestartCreated = d
-				}
-			}
-			if t, ok := bound[p.Namespace+"/"+p.Name]; ok {
-				ts = append(ts, t)
-			}
-		}
-		if len(ts) == 0 {
-			continue
-		}
-		sort.Slice(ts, func(a, b int) bool { return ts[a].Before(ts[b]) })
-		res.RestartFirst = ts[0].Sub(started).Seconds()
-		if len(ts) == len(jobs) {
-			res.RestartAll = ts[len(ts)-1].Sub(started).Seconds()
-			break
-		}
-	}
-	if writes1, err := PodGroupWrites(ctx, c.Client); err == nil && werr == nil {
-		res.RestartPodGroupWrites = writes1 - writes0
-	} else {
-		fmt.Fprintf(cfg.Progress, "  PodGroup writes: %v\n", errors.Join(werr, err))
-	}
-	// The restarted scheduler must not over-commit either.
-	if cfg.Mode != Floor {
-		load, _, _, err := Cards(tr.Pods(), &api.Decoders{}, func(*corev1.Pod) string { return "" })
-		if err != nil {
-			return err
-		}
-		res.Overcommitted = append(res.Overcommitted, Overcommitted(load)...)
-	}
-	return nil
+	return b.res, nil
 }
 
 // Save writes the result as JSON into dir/<mode>.json.
