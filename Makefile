@@ -8,6 +8,7 @@ PKGS      := ./...
 FUZZTIME  ?= 20s
 
 .PHONY: images image-debs image-test push release release-tool
+.PHONY: plots plots-check screens bench-data isolation-data
 .PHONY: all build build-go vgpu-core test test-go test-race chart-test chart-test-apiserver bench-topology test-vgpu-core fuzz lint bench bench-go bench-vgpu-core simulate clean e2e demo scale
 
 all: build
@@ -19,12 +20,23 @@ build-go:
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
 	ln -sf tessera $(BIN)/kubectl-tessera
 
+## cli-cross: the CLI for each platform a release ships it on (make release adds tessera-simulate and the krew
+## packages), into bin/cross/tessera_OS_ARCH[.exe]: a quick check that it still builds for Windows and macOS.
+.PHONY: cli-cross
+CLI_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+cli-cross:
+	@for p in $(CLI_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; ext=; [ "$$os" = windows ] && ext=.exe; \
+		echo "go build ./cmd/tessera for $$p"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -o $(BIN)/cross/tessera_$${os}_$${arch}$$ext ./cmd/tessera || exit 1; \
+	done
+
 vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core; fi
 
 ## test: everything CI runs: lint, Go unit/integration tests, the race detector on every
 ## package, short fuzzing, vgpu-core's C suite, the chart, the images.
-test: lint test-go test-race fuzz test-vgpu-core chart-test image-test
+test: lint test-go test-race fuzz test-vgpu-core chart-test plots-check image-test
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)
@@ -90,6 +102,58 @@ bench-go:
 bench-vgpu-core:
 	@if [ -f vgpu-core/Makefile ]; then $(MAKE) -C vgpu-core bench; fi
 
+## Pictures (docs/images) from the benchmarks' data (docs/data): tools/plots draws the SVGs; plots-check, part of
+## make test, fails when a data file is missing or malformed or a committed SVG is not what its data draws.
+## The *-data targets rerun a benchmark and rewrite its data file (commit it with the SVGs make plots then draws).
+DATA_DIR     := docs/data
+IMAGES_OUT   := docs/images
+# Where a data file was measured, written at its top.
+DATA_HEADER   = echo "date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "commit: $(REVISION)"; \
+	echo "machine: $$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $$(nproc) cores, $$(awk '/^MemTotal/ {printf "%.0f GiB", $$2 / 1048576}' /proc/meminfo)"; \
+	echo "load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+
+plots:
+	$(GO) run ./tools/plots -data $(DATA_DIR) -out $(IMAGES_OUT)
+
+plots-check:
+	$(GO) run ./tools/plots -data $(DATA_DIR) -out $(IMAGES_OUT) -check
+
+## screens: the rendered card map (tessera report on the simulator's placement) and the dashboard's layout with
+## sample data, as PNGs through headless Chromium. Not in plots-check: a browser's pixels differ between machines.
+screens:
+	$(GO) run ./tools/plots/screens -out $(IMAGES_OUT)
+
+## bench-data: one allocate session's CPU time as the cluster and the pending tasks grow, with and without Tessera
+## (plugins/vgpu BenchmarkSessionGrowth), in Go's benchmark format (the plugins' log lines left out).
+BENCH_DATA_RUNS = '^BenchmarkSessionGrowth$$ 1x'
+bench-data:
+	@mkdir -p $(DATA_DIR)
+	@{ $(DATA_HEADER); } > $(DATA_DIR)/.session-bench.txt
+	@for run in $(BENCH_DATA_RUNS); do set -- $$run; \
+		echo "command: go test -run ^\$$ -bench $$1 -benchtime $$2 ./plugins/vgpu" | tee -a $(DATA_DIR)/.session-bench.txt; \
+		$(GO) test -run '^$$' -bench "$$1" -benchtime "$$2" -timeout 60m ./plugins/vgpu > $(DATA_DIR)/.bench.log 2>&1; rc=$$?; \
+		grep -E '^(Benchmark|[a-z][a-z0-9_-]*: |ok |PASS|FAIL)' $(DATA_DIR)/.bench.log | tee -a $(DATA_DIR)/.session-bench.txt; \
+		[ $$rc -eq 0 ] || { tail -30 $(DATA_DIR)/.bench.log; rm -f $(DATA_DIR)/.bench.log; exit 1; }; \
+	done; rm -f $(DATA_DIR)/.bench.log
+	echo "load-end: $$(cut -d' ' -f1-3 /proc/loadavg)" >> $(DATA_DIR)/.session-bench.txt
+	mv $(DATA_DIR)/.session-bench.txt $(DATA_DIR)/session-bench.txt
+
+## isolation-data: vgpu-core's suite on the stub driver, the lines of its SM section: the SM limiter's cases (target
+## against measured, each with its verdict), the GPU test kit's table and the suite's summary. Written whenever the
+## suite ran to its end: a failed check is data too (make plots marks it), and this target says so.
+isolation-data:
+	@mkdir -p $(DATA_DIR)
+	@{ $(DATA_HEADER); echo "command: make -C vgpu-core test-normal (stub driver)"; } > $(DATA_DIR)/.vgpu-core-sm.txt
+	-$(MAKE) -C vgpu-core test-normal > $(DATA_DIR)/.vgpu-core-test.log 2>&1
+	@grep -q '^== ' $(DATA_DIR)/.vgpu-core-test.log || { cat $(DATA_DIR)/.vgpu-core-test.log; \
+		echo "isolation-data: vgpu-core's suite did not run to its end"; rm -f $(DATA_DIR)/.vgpu-core-*; exit 1; }
+	@{ sed -n '/^-- SM limiter, batch 1/,/^== /p' $(DATA_DIR)/.vgpu-core-test.log; \
+	  echo "load-end: $$(cut -d' ' -f1-3 /proc/loadavg)"; } >> $(DATA_DIR)/.vgpu-core-sm.txt
+	@mv $(DATA_DIR)/.vgpu-core-sm.txt $(DATA_DIR)/vgpu-core-sm.txt; rm -f $(DATA_DIR)/.vgpu-core-test.log
+	@tail -2 $(DATA_DIR)/vgpu-core-sm.txt | head -1
+	@! grep -q '^FAIL' $(DATA_DIR)/vgpu-core-sm.txt || grep '^FAIL' $(DATA_DIR)/vgpu-core-sm.txt | \
+		sed 's/^/isolation-data: failed in this run: /'
+
 # End to end: a real etcd + kube-apiserver + kube-controller-manager, Volcano's controllers,
 # Tessera's vc-scheduler and simulated GPU nodes (a real kubelet on an in-memory container
 # runtime, our device plugin on fake NVML), all on 127.0.0.1. Needs root (the kubelets' mount
@@ -108,10 +172,13 @@ e2e:
 ## scale: 1,000 kwok GPU nodes, one generated workload placed by Volcano without a device
 ## plugin, Volcano's deviceshare and Tessera in turn, one table (docs/benchmarks.md). Not part
 ## of make test: each scheduler's cluster takes the e2e lock in turn; on 2 cores ~4 min each at
-## 250 nodes, ~11 min at 1,000. SCALE_FLAGS="-nodes 250" for a smaller run.
+## 250 nodes, ~11 min at 1,000. SCALE_FLAGS="-nodes 250" for a smaller run. SCALE_DATA=docs/data/scale-250 also
+## saves each scheduler's results there (the data make plots draws from).
 SCALE_FLAGS ?=
+SCALE_DATA  ?=
 scale:
-	cd e2e && $(GO) build -o .cache/bin/scale ./cmd/scale && .cache/bin/scale -lock /tmp/e2e.lock $(SCALE_FLAGS)
+	cd e2e && $(GO) build -o .cache/bin/scale ./cmd/scale && .cache/bin/scale -lock /tmp/e2e.lock -revision $(REVISION) \
+		$(if $(SCALE_DATA),-data $(abspath $(SCALE_DATA))) $(SCALE_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:
