@@ -44,7 +44,7 @@ const archW, archH = 900, 640
 var archBoxes = []archBox{
 	{kind: other, x: 335, y: 10, w: 220, h: 44, title: "Users and CI", body: "VolcanoJobs and pods"},
 	{kind: part, x: 15, y: 40, w: 210, h: 95, title: "Admission webhook",
-		body: "optional: routes pods to\nVolcano and a queue;\nrefuses bad requests"},
+		body: "on by default: routes pods\nto Volcano and a queue;\nrefuses bad requests"},
 	{kind: part, x: 15, y: 175, w: 210, h: 150, title: "vc-scheduler",
 		body: "Volcano + the vgpu plugin:\npicks the node and the\ncards; divides cards among\nqueues by weight; reclaim\nand preempt for cards"},
 	{kind: part, x: 15, y: 440, w: 210, h: 95, title: "kubectl tessera",
@@ -54,18 +54,18 @@ var archBoxes = []archBox{
 	{kind: object, x: 347, y: 112, w: 196, h: 82, title: "Node", mono: true,
 		body: "tessera.io/inventory\n  cards, health, links\ntessera.io/heartbeat"},
 	{kind: object, x: 347, y: 210, w: 196, h: 136, title: "Pod", mono: true,
-		body: "volcano.sh/vgpu-*\n  the user's limits\ntessera.io/assignment\n  cards per container\ntessera.io/handoff\n  pending, done, failed"},
+		body: "volcano.sh/vgpu-*\n  the user's limits\ntessera.io/assignment\n  cards per container, signed\ntessera.io/handoff\n  pending, done, failed"},
 	{kind: object, x: 347, y: 362, w: 196, h: 62, title: "Queue, PodGroup, VolcanoJob", body: "Volcano's: weights, gangs"},
 	{kind: object, x: 347, y: 440, w: 196, h: 62, title: "ConfigMap", mono: true,
 		body: "volcano-scheduler.conf\n  the plugin's arguments"},
 
 	{kind: group, x: 665, y: 60, w: 225, h: 570, title: "GPU node"},
 	{kind: part, x: 680, y: 92, w: 195, h: 225, title: "Node agent",
-		body: "vgpu-device-plugin:\nfinds the cards (NVML),\npublishes them; hands\neach container exactly\nits cards and limits,\nor refuses; metrics"},
+		body: "vgpu-device-plugin:\nfinds the cards (NVML),\npublishes them; hands\neach container exactly\nits cards and limits,\nor refuses; checks the\nscheduler's signature;\nstops pods over their\nmemory (NVML); metrics"},
 	{kind: other, x: 680, y: 380, w: 120, h: 46, title: "kubelet", body: "device manager"},
 	{kind: other, x: 680, y: 490, w: 195, h: 130, title: "Container", left: true},
 	{kind: part, x: 690, y: 520, w: 130, h: 44, title: "app + vgpu-core", body: "(LD_PRELOAD)"},
-	{kind: object, x: 690, y: 576, w: 175, h: 38, title: "/var/run/tessera", body: "limits.env, region (read-only)"},
+	{kind: object, x: 690, y: 576, w: 175, h: 38, title: "/var/run/tessera", body: "limits.env (ro), region (rw)"},
 }
 
 var archArrows = []archArrow{
