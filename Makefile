@@ -166,6 +166,7 @@ E2E_TIMEOUT ?= 45m
 e2e:
 	cd e2e/tools/kubelet && $(GO) vet ./fakecri && $(GO) test -count=1 ./fakecri
 	cd e2e/tools/helm && $(GO) mod tidy -diff
+	cd e2e/tools/kubectl && $(GO) mod tidy -diff
 	cd e2e && $(GO) vet ./... && $(GO) test -count=1 ./internal/... && TESSERA_E2E_IMAGES=$(abspath $(IMAGES_DIR)) \
 		$(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 

@@ -27,6 +27,9 @@ type Binaries struct {
 	Kubelet, CRI, KubeletNS string
 	// Helm is Helm's own CLI, for the upgrade scenario.
 	Helm string
+	// Kubectl is Kubernetes' kubectl and KubectlTessera Tessera's CLI under its plugin
+	// name, for the walk through the docs' commands.
+	Kubectl, KubectlTessera string
 	// CRDs are Volcano's CRD files, from the volcano.sh/volcano module.
 	CRDs []string
 }
@@ -42,7 +45,8 @@ const kubeLDFlags = "-X k8s.io/component-base/version.gitVersion=v1.34.2 " +
 // (incrementally) so the run tests this tree.
 // root is the repository root (the product module), e2eDir the e2e module (Volcano's
 // programs); etcd, kube-apiserver and kube-controller-manager build in its tools/kube
-// module, the kubelet and our in-memory CRI in tools/kubelet, helm in tools/helm.
+// module, the kubelet and our in-memory CRI in tools/kubelet, helm in tools/helm, kubectl in
+// tools/kubectl.
 func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Writer) (*Binaries, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, err
@@ -51,10 +55,11 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 	kubeDir := filepath.Join(e2eDir, "tools", "kube")
 	kubeletDir := filepath.Join(e2eDir, "tools", "kubelet")
 	helmDir := filepath.Join(e2eDir, "tools", "helm")
+	kubectlDir := filepath.Join(e2eDir, "tools", "kubectl")
 	kube, volcano, kubelet := stamp{file: "kube.stamp", module: kubeDir},
 		stamp{file: "volcano.stamp", module: e2eDir}, stamp{file: "kubelet.stamp", module: kubeletDir}
-	helm := stamp{file: "helm.stamp", module: helmDir}
-	stamps := []*stamp{&kube, &volcano, &kubelet, &helm}
+	helm, kubectl := stamp{file: "helm.stamp", module: helmDir}, stamp{file: "kubectl.stamp", module: kubectlDir}
+	stamps := []*stamp{&kube, &volcano, &kubelet, &helm, &kubectl}
 	for _, s := range stamps {
 		if err := s.check(cacheDir); err != nil {
 			return nil, err
@@ -73,8 +78,10 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 		{"vc-webhook-manager", e2eDir, "volcano.sh/volcano/cmd/webhook-manager", "", "~1 min", &volcano, &b.VolcanoWebhook},
 		{"kubelet", kubeletDir, "k8s.io/kubernetes/cmd/kubelet", kubeLDFlags, "~4 min", &kubelet, &b.Kubelet},
 		{"helm", helmDir, "helm.sh/helm/v3/cmd/helm", "", "~3 min", &helm, &b.Helm},
+		{"kubectl", kubectlDir, ".", kubeLDFlags, "~2 min", &kubectl, &b.Kubectl},
 		{"vc-scheduler", root, "./cmd/vc-scheduler", "", "~3 min", nil, &b.Scheduler},
 		{"tessera-admission", root, "./cmd/tessera-admission", "", "~1 min", nil, &b.Admission},
+		{"kubectl-tessera", root, "./cmd/tessera", "", "~1 min", nil, &b.KubectlTessera},
 		{"fake-gpu-agent", e2eDir, "./cmd/fake-gpu-agent", "", "~1 min", nil, &b.Agent},
 		{"fakecri", kubeletDir, "./fakecri", "", "~1 min", nil, &b.CRI},
 		{"kubelet-ns", e2eDir, "./cmd/kubelet-ns", "", "~10 s", nil, &b.KubeletNS},
