@@ -36,7 +36,15 @@ vgpu-core:
 
 ## test: everything CI runs: lint, Go unit/integration tests, the race detector on every
 ## package, short fuzzing, vgpu-core's C suite, the chart, the images.
-test: lint test-go test-race fuzz test-vgpu-core chart-test plots-check image-test
+# Stages run in this order, each announced with its number and timed, so a long run says where it is.
+TEST_STAGES := lint test-go test-race fuzz test-vgpu-core chart-test plots-check image-test
+test:
+	@n=0; total=$(words $(TEST_STAGES)); start=$$(date +%s); \
+	for s in $(TEST_STAGES); do \
+		n=$$((n+1)); t=$$(date +%s); echo "== make test: stage $$n of $$total: $$s"; \
+		$(MAKE) --no-print-directory $$s || { echo "== make test: stage $$n of $$total ($$s) failed after $$(( $$(date +%s) - t ))s"; exit 1; }; \
+		echo "== make test: $$s passed in $$(( $$(date +%s) - t ))s ($$(( $$(date +%s) - start ))s in all)"; \
+	done
 
 test-go:
 	$(GO) test -p $(TEST_P) -count=1 $(PKGS)

@@ -86,10 +86,24 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 		{"fakecri", kubeletDir, "./fakecri", "", "~1 min", nil, &b.CRI},
 		{"kubelet-ns", e2eDir, "./cmd/kubelet-ns", "", "~10 s", nil, &b.KubeletNS},
 	}
+	missing := 0
 	for _, s := range steps {
+		if s.cached == nil {
+			continue // ours: rebuilt (incrementally) every run
+		}
+		if _, err := os.Stat(filepath.Join(cacheDir, s.name)); err != nil || !s.cached.fresh {
+			missing++
+		}
+	}
+	if missing > 0 {
+		fmt.Fprintf(progress, "  %d of Kubernetes', Volcano's, Helm's and kubectl's programs to build from source into %s: "+
+			"the first build takes ~15 min on 2 cores (kube-apiserver and the kubelet ~4 min each); later runs reuse them\n", missing, cacheDir)
+	}
+	for i, s := range steps {
 		*s.out = filepath.Join(cacheDir, s.name)
+		name := fmt.Sprintf("[%d/%d] %s", i+1, len(steps), s.name)
 		if _, err := os.Stat(*s.out); err == nil && s.cached != nil && s.cached.fresh {
-			fmt.Fprintf(progress, "  %-24s cached\n", s.name)
+			fmt.Fprintf(progress, "  %-30s cached\n", name)
 			continue
 		}
 		args := []string{"build", "-o", *s.out}
@@ -97,7 +111,7 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 			args = append(args, "-ldflags", s.ldflags)
 		}
 		args = append(args, s.pkg)
-		if err := runWithProgress(ctx, progress, s.name, s.cold, s.dir, "go", args...); err != nil {
+		if err := runWithProgress(ctx, progress, name, s.cold, s.dir, "go", args...); err != nil {
 			return nil, err
 		}
 	}
@@ -153,7 +167,7 @@ func moduleDir(ctx context.Context, dir, module string) (string, error) {
 // runWithProgress runs a build and prints its elapsed time every 20 seconds.
 func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir, prog string, args ...string) error {
 	start := time.Now()
-	fmt.Fprintf(w, "  %-24s building (cold build %s)\n", name, cold)
+	fmt.Fprintf(w, "  %-30s building (cold build %s)\n", name, cold)
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir = dir
 	var out strings.Builder
@@ -171,10 +185,10 @@ func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir, prog str
 			if err != nil {
 				return fmt.Errorf("build %s: %w\n%s", name, err, out.String())
 			}
-			fmt.Fprintf(w, "  %-24s built in %s\n", name, time.Since(start).Round(time.Second))
+			fmt.Fprintf(w, "  %-30s built in %s\n", name, time.Since(start).Round(time.Second))
 			return nil
 		case <-tick.C:
-			fmt.Fprintf(w, "  %-24s still building (%s)\n", name, time.Since(start).Round(time.Second))
+			fmt.Fprintf(w, "  %-30s still building (%s)\n", name, time.Since(start).Round(time.Second))
 		}
 	}
 }
