@@ -158,10 +158,15 @@ func TestDashboardConfigMapCarriesTheDashboardFile(t *testing.T) {
 	t.Fatalf("no dashboard ConfigMap: %v", r.Names())
 }
 
-// The agent runs in the host's pid namespace by default: the memory guard cannot tell
-// which pod's processes hold a card without it. It may be turned off.
-func TestTheAgentRunsInTheHostPIDNamespaceUnlessTurnedOff(t *testing.T) {
-	for values, want := range map[string]bool{"": true, "devicePlugin:\n  hostPID: false\n": false} {
+// The agent runs in the host's pid namespace exactly when a feature in use needs it (the
+// memory guard, on by default), unless told otherwise.
+func TestTheAgentRunsInTheHostPIDNamespaceWhenTheMemoryGuardNeedsIt(t *testing.T) {
+	for values, want := range map[string]bool{
+		"":                                  true,
+		"devicePlugin:\n  hostPID: false\n": false,
+		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n":                  false,
+		"devicePlugin:\n  hostPID: true\n  config:\n    memoryGuard: {mode: \"off\"}\n": true,
+	} {
 		r, err := RenderValues(t, values)
 		if err != nil {
 			t.Fatal(err)

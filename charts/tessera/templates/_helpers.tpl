@@ -205,7 +205,7 @@ added when the memory guard may kill (mode enforce, in the host's pid namespace)
 processes it stops run under the workloads' users. */}}
 {{- define "tessera.agentSecurityContext" -}}
 {{- $sc := deepCopy (default dict .Values.devicePlugin.securityContext) -}}
-{{- if and .Values.devicePlugin.hostPID (eq (toString .Values.devicePlugin.config.memoryGuard.mode) "enforce") -}}
+{{- if and (eq (include "tessera.agentHostPID" .) "true") (eq (toString .Values.devicePlugin.config.memoryGuard.mode) "enforce") -}}
 {{- $caps := default dict $sc.capabilities -}}
 {{- $add := default list $caps.add -}}
 {{- if not (has "KILL" $add) -}}{{- $add = append $add "KILL" -}}{{- end -}}
@@ -213,5 +213,15 @@ processes it stops run under the workloads' users. */}}
 {{- $_ := set $sc "capabilities" $caps -}}
 {{- end -}}
 {{- toYaml $sc -}}
+{{- end -}}
+
+{{/* Whether the agent runs in the host's pid namespace: devicePlugin.hostPID when set, else
+whether the memory guard is on (the one feature that needs it). */}}
+{{- define "tessera.agentHostPID" -}}
+{{- if kindIs "bool" .Values.devicePlugin.hostPID -}}
+{{- .Values.devicePlugin.hostPID -}}
+{{- else -}}
+{{- ne (toString .Values.devicePlugin.config.memoryGuard.mode) "off" -}}
+{{- end -}}
 {{- end -}}
 
