@@ -36,16 +36,26 @@ func newHost(t *testing.T) *host {
 	return &host{t: t, root: t.TempDir()}
 }
 
+// child is a real process of the test, waited for once, by its own goroutine.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
 // start runs a process in pod's cgroup and returns it; a nil pod leaves it outside pods.
-func (h *host) start(pod types.UID) *exec.Cmd {
-	cmd := exec.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
+func (h *host) start(pod types.UID) *child {
+	c := &child{cmd: exec.Command("sleep", "300"), done: make(chan struct{})}
+	if err := c.cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	h.place(cmd.Process.Pid, pod)
-	return cmd
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
+	h.t.Cleanup(func() { _ = c.cmd.Process.Kill(); <-c.done })
+	h.place(c.cmd.Process.Pid, pod)
+	return c
 }
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
 
 func (h *host) place(pid int, pod types.UID) {
 	dir := filepath.Join(h.root, strconv.Itoa(pid))
@@ -61,14 +71,12 @@ func (h *host) place(pid int, pod types.UID) {
 	}
 }
 
-// exited reports whether cmd ended, and by which signal.
-func exited(cmd *exec.Cmd, within time.Duration) (syscall.Signal, bool) {
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+// exited reports whether c ended within the time, and by which signal.
+func exited(c *child, within time.Duration) (syscall.Signal, bool) {
 	select {
-	case err := <-done:
+	case <-c.done:
 		var ee *exec.ExitError
-		if errors.As(err, &ee) {
+		if errors.As(c.err, &ee) {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 				return ws.Signal(), true
 			}
@@ -96,8 +104,8 @@ func (r *reporter) Report(_ context.Context, _, _ string, uid types.UID, reason,
 	r.events = append(r.events, event{uid, reason, message})
 }
 
-func proc(cmd *exec.Cmd, bytes uint64) nvml.ProcessInfo {
-	return nvml.ProcessInfo{Pid: uint32(cmd.Process.Pid), UsedGpuMemory: bytes}
+func proc(c *child, bytes uint64) nvml.ProcessInfo {
+	return nvml.ProcessInfo{Pid: uint32(c.pid()), UsedGpuMemory: bytes}
 }
 
 func guardOn(t *testing.T, h *host, machine *nvmlfake.Machine, mode string, limits map[types.UID]PodLimits) (*Guard, *reporter, *prometheus.Registry) {
@@ -140,7 +148,7 @@ func TestGuardStopsAContainerThatEscapedItsHookLibrary(t *testing.T) {
 	if !done || sig != syscall.SIGKILL {
 		t.Fatalf("the tenant's process was not killed (done %v, signal %v)", done, sig)
 	}
-	for name, c := range map[string]*exec.Cmd{"neighbour": neighbour, "host process": host} {
+	for name, c := range map[string]*child{"neighbour": neighbour, "host process": host} {
 		if _, done := exited(c, 100*time.Millisecond); done {
 			t.Fatalf("the %s was stopped", name)
 		}
@@ -149,7 +157,7 @@ func TestGuardStopsAContainerThatEscapedItsHookLibrary(t *testing.T) {
 		t.Errorf("killed counter %v, want 1", got)
 	}
 	if len(rep.events) != 1 || rep.events[0].pod != podA || rep.events[0].reason != ReasonOverLimit ||
-		!strings.Contains(rep.events[0].message, strconv.Itoa(tenant.Process.Pid)) || !strings.Contains(rep.events[0].message, "9216 MiB") ||
+		!strings.Contains(rep.events[0].message, strconv.Itoa(tenant.pid())) || !strings.Contains(rep.events[0].message, "9216 MiB") ||
 		!strings.Contains(rep.events[0].message, "4096 MiB") {
 		t.Errorf("events %+v, want one on the tenant's pod naming the process, 9216 MiB and 4096 MiB", rep.events)
 	}
@@ -210,7 +218,7 @@ func TestGuardBriefExcessIsForgiven(t *testing.T) {
 func TestKillerRefusesAReusedPID(t *testing.T) {
 	h := newHost(t)
 	other := h.start(podB)
-	err := PidfdKiller{ProcRoot: h.root}.Kill(other.Process.Pid, podA)
+	err := PidfdKiller{ProcRoot: h.root}.Kill(other.pid(), podA)
 	if !errors.Is(err, ErrNotThePod) {
 		t.Fatalf("Kill of another pod's process: %v, want ErrNotThePod", err)
 	}
