@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
@@ -209,7 +210,7 @@ func prepareHost(cfg *config.Config) (hookenv.Container, error) {
 
 // keepHookSpec writes the hook spec again whenever it is gone or altered (a cleaned
 // /var/run, an edit by hand), checking every interval; an unchanged file is not touched.
-func keepHookSpec(ctx context.Context, dir string, spec *cdi.Spec, every time.Duration) {
+func keepHookSpec(ctx context.Context, dir string, spec *specs.Spec, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -6,45 +6,51 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-func validSpec() *Spec {
-	return &Spec{Version: Version, Kind: HookKind, Devices: []Device{{Name: HookDevice, ContainerEdits: ContainerEdits{
+func validSpec() *specs.Spec {
+	return &specs.Spec{Version: Version, Kind: HookKind, Devices: []specs.Device{{Name: HookDevice, ContainerEdits: specs.ContainerEdits{
 		Env:    []string{"LD_PRELOAD=/usr/local/tessera/lib/libvgpu.so"},
-		Mounts: []*Mount{{HostPath: "/usr/local/tessera/lib/libvgpu.so", ContainerPath: "/usr/local/tessera/lib/libvgpu.so", Type: "bind", Options: []string{"ro", "bind"}}},
+		Mounts: []*specs.Mount{{HostPath: "/usr/local/tessera/lib/libvgpu.so", ContainerPath: "/usr/local/tessera/lib/libvgpu.so", Type: "bind", Options: []string{"ro", "bind"}}},
 	}}}}
 }
 
 func TestValidateAppliesTheCDIRules(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(s *Spec)
+		edit func(s *specs.Spec)
 		want []string // substrings of the error; none = valid
 	}{
-		{"the agent's hook spec is valid", func(*Spec) {}, nil},
-		{"UUID device names and a vendor with dots are valid", func(s *Spec) {
+		{"the agent's hook spec is valid", func(*specs.Spec) {}, nil},
+		{"UUID device names and a vendor with dots are valid", func(s *specs.Spec) {
 			s.Kind, s.Devices[0].Name = "nvidia.com/gpu", "GPU-3f2a9c1e-0b4d-4c55-9a3e-1d2c3b4a5f60"
 		}, nil},
-		{"a name starting with a digit is valid (0.5.0 and later)", func(s *Spec) { s.Devices[0].Name = "0" }, nil},
-		{"an unknown cdiVersion is refused", func(s *Spec) { s.Version = "0.9.9" }, []string{`cdiVersion "0.9.9"`}},
-		{"a kind without a class is refused", func(s *Spec) { s.Kind = "tessera.io" }, []string{"not vendor/class"}},
-		{"a class with a dot is refused", func(s *Spec) { s.Kind = "tessera.io/v.gpu" }, []string{`class "v.gpu"`}},
-		{"a vendor starting with a digit is refused", func(s *Spec) { s.Kind = "1tessera.io/vgpu" }, []string{"must start with a letter"}},
-		{"a device name with a slash is refused", func(s *Spec) { s.Devices[0].Name = "a/b" }, []string{`device name "a/b"`}},
-		{"a device name ending in a dash is refused", func(s *Spec) { s.Devices[0].Name = "hook-" }, []string{"must end with a letter or digit"}},
-		{"a spec without devices is refused", func(s *Spec) { s.Devices = nil }, []string{"devices: none"}},
-		{"two devices of one name are refused", func(s *Spec) { s.Devices = append(s.Devices, s.Devices[0]) }, []string{`name "hook" twice`}},
-		{"a device without edits is refused", func(s *Spec) { s.Devices[0].ContainerEdits = ContainerEdits{} }, []string{"containerEdits empty"}},
-		{"env without = is refused", func(s *Spec) { s.Devices[0].ContainerEdits.Env = []string{"LD_PRELOAD"} }, []string{"not NAME=value"}},
-		{"a relative container path is refused", func(s *Spec) { s.Devices[0].ContainerEdits.Mounts[0].ContainerPath = "lib.so" }, []string{`containerPath "lib.so"`}},
-		{"a mount without a host path is refused", func(s *Spec) { s.Devices[0].ContainerEdits.Mounts[0].HostPath = "" }, []string{"empty hostPath"}},
-		{"a device node type other than b, c, u, p is refused", func(s *Spec) {
-			s.Devices[0].ContainerEdits.DeviceNodes = []*DeviceNode{{Path: "/dev/nvidia0", Type: "x"}}
+		{"a name starting with a digit is valid (0.5.0 and later)", func(s *specs.Spec) { s.Devices[0].Name = "0" }, nil},
+		{"an unknown cdiVersion is refused", func(s *specs.Spec) { s.Version = "0.9.9" }, []string{`cdiVersion "0.9.9"`}},
+		{"a cdiVersion older than the features the spec uses is refused (typed mounts are 0.4.0)", func(s *specs.Spec) { s.Version = "0.3.0" },
+			[]string{`cdiVersion "0.3.0"`, "at least v0.4.0"}},
+		{"a kind without a class is refused", func(s *specs.Spec) { s.Kind = "tessera.io" }, []string{"not vendor/class"}},
+		{"a class with a dot is refused at 0.5.0", func(s *specs.Spec) { s.Kind = "tessera.io/v.gpu" }, []string{"at least v0.6.0"}},
+		{"a class with a dot is valid from 0.6.0", func(s *specs.Spec) { s.Kind, s.Version = "tessera.io/v.gpu", "0.6.0" }, nil},
+		{"a class with a colon is refused", func(s *specs.Spec) { s.Kind = "tessera.io/v:gpu" }, []string{"invalid class", `"v:gpu"`}},
+		{"a vendor starting with a digit is refused", func(s *specs.Spec) { s.Kind = "1tessera.io/vgpu" }, []string{"invalid vendor", "should start with letter"}},
+		{"a device name with a slash is refused", func(s *specs.Spec) { s.Devices[0].Name = "a/b" }, []string{`device name "a/b"`}},
+		{"a device name ending in a dash is refused", func(s *specs.Spec) { s.Devices[0].Name = "hook-" }, []string{"should end with a letter or digit"}},
+		{"a spec without devices is refused", func(s *specs.Spec) { s.Devices = nil }, []string{"devices: none"}},
+		{"two devices of one name are refused", func(s *specs.Spec) { s.Devices = append(s.Devices, s.Devices[0]) }, []string{`name "hook" twice`}},
+		{"a device without edits is refused", func(s *specs.Spec) { s.Devices[0].ContainerEdits = specs.ContainerEdits{} }, []string{"containerEdits empty"}},
+		{"env without = is refused", func(s *specs.Spec) { s.Devices[0].ContainerEdits.Env = []string{"LD_PRELOAD"} }, []string{`invalid environment variable "LD_PRELOAD"`}},
+		{"a mount without a container path is refused", func(s *specs.Spec) { s.Devices[0].ContainerEdits.Mounts[0].ContainerPath = "" }, []string{"empty container path"}},
+		{"a mount without a host path is refused", func(s *specs.Spec) { s.Devices[0].ContainerEdits.Mounts[0].HostPath = "" }, []string{"empty host path"}},
+		{"a device node type other than b, c, u, p is refused", func(s *specs.Spec) {
+			s.Devices[0].ContainerEdits.DeviceNodes = []*specs.DeviceNode{{Path: "/dev/nvidia0", Type: "x"}}
 		}, []string{`type "x"`}},
-		{"an unknown hook point is refused", func(s *Spec) {
-			s.Devices[0].ContainerEdits.Hooks = []*Hook{{HookName: "preStart", Path: "/bin/true"}}
-		}, []string{`hookName "preStart"`}},
-		{"every problem is reported at once", func(s *Spec) { s.Version, s.Kind = "", "x" }, []string{"cdiVersion", "not vendor/class"}},
+		{"an unknown hook point is refused", func(s *specs.Spec) {
+			s.Devices[0].ContainerEdits.Hooks = []*specs.Hook{{HookName: "preStart", Path: "/bin/true"}}
+		}, []string{`hook name "preStart"`}},
+		{"every problem is reported at once", func(s *specs.Spec) { s.Version, s.Kind = "", "x" }, []string{"cdiVersion", "not vendor/class"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

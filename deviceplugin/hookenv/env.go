@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
@@ -152,14 +153,14 @@ func (c *Container) cardDevices(rec *records.Record) []*pluginapi.CDIDevice {
 // HookSpec is the agent's CDI spec: one device, tessera.io/vgpu=hook, that mounts the
 // hook library and preloads it (the ld.so.preload file, or LD_PRELOAD with preload: env).
 // What differs per container (its directory, its limits) stays in the Allocate response.
-func (c *Container) HookSpec() *cdi.Spec {
+func (c *Container) HookSpec() *specs.Spec {
 	ro := []string{"ro", "nosuid", "nodev", "bind"}
-	edits := cdi.ContainerEdits{Mounts: []*cdi.Mount{{HostPath: c.HookLibrary, ContainerPath: c.HookLibrary, Type: "bind", Options: ro}}}
+	edits := specs.ContainerEdits{Mounts: []*specs.Mount{{HostPath: c.HookLibrary, ContainerPath: c.HookLibrary, Type: "bind", Options: ro}}}
 	switch c.Preload {
 	case config.PreloadEnv:
 		edits.Env = []string{"LD_PRELOAD=" + c.HookLibrary}
 	default:
-		edits.Mounts = append(edits.Mounts, &cdi.Mount{HostPath: c.PreloadHostFile, ContainerPath: preloadPath, Type: "bind", Options: ro})
+		edits.Mounts = append(edits.Mounts, &specs.Mount{HostPath: c.PreloadHostFile, ContainerPath: preloadPath, Type: "bind", Options: ro})
 	}
-	return &cdi.Spec{Version: cdi.Version, Kind: cdi.HookKind, Devices: []cdi.Device{{Name: cdi.HookDevice, ContainerEdits: edits}}}
+	return &specs.Spec{Version: cdi.Version, Kind: cdi.HookKind, Devices: []specs.Device{{Name: cdi.HookDevice, ContainerEdits: edits}}}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 )
@@ -23,8 +24,8 @@ func writeToolkitSpec(dir string, lib nvml.Interface) error {
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("device count: %v", ret)
 	}
-	s := &cdi.Spec{Version: cdi.Version, Kind: "nvidia.com/gpu", ContainerEdits: &cdi.ContainerEdits{
-		DeviceNodes: []*cdi.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}}}
+	s := &specs.Spec{Version: cdi.Version, Kind: "nvidia.com/gpu", ContainerEdits: specs.ContainerEdits{
+		DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}}}
 	for i := 0; i < n; i++ {
 		d, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -34,8 +35,8 @@ func writeToolkitSpec(dir string, lib nvml.Interface) error {
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("device %d UUID: %v", i, ret)
 		}
-		edits := cdi.ContainerEdits{DeviceNodes: []*cdi.DeviceNode{{Path: "/dev/nvidia" + strconv.Itoa(i)}}}
-		s.Devices = append(s.Devices, cdi.Device{Name: strconv.Itoa(i), ContainerEdits: edits}, cdi.Device{Name: uuid, ContainerEdits: edits})
+		edits := specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia" + strconv.Itoa(i)}}}
+		s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(i), ContainerEdits: edits}, specs.Device{Name: uuid, ContainerEdits: edits})
 	}
 	_, err := cdi.Write(dir, s)
 	return err
