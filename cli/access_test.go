@@ -85,7 +85,7 @@ func TestAllNamespacesFailsInsteadOfFallingBack(t *testing.T) {
 func TestYAMLOutputCarriesWhatJSONDoes(t *testing.T) {
 	asJSON := mustRun(t, cluster(t), "nodes", "-o", "json")
 	asYAML := mustRun(t, cluster(t), "nodes", "-o", "yaml")
-	var a, b []NodeView
+	var a, b NodeCardsList
 	if err := json.Unmarshal([]byte(asJSON), &a); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestYAMLOutputCarriesWhatJSONDoes(t *testing.T) {
 	}
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
-	if len(a) == 0 || !bytes.Equal(ja, jb) {
+	if len(a.Items) == 0 || !bytes.Equal(ja, jb) {
 		t.Errorf("-o yaml and -o json differ:\n%s\n%s", ja, jb)
 	}
 }

@@ -54,13 +54,19 @@ func TestNodesTableShowsEachCardWithItsUsageAndEachUnusableNodeWithWhy(t *testin
 }
 
 func TestNodesJSONCarriesTheNumbers(t *testing.T) {
-	var nodes []NodeView
-	if err := json.Unmarshal([]byte(mustRun(t, cluster(t), "nodes", "-o", "json")), &nodes); err != nil {
+	var list NodeCardsList
+	if err := json.Unmarshal([]byte(mustRun(t, cluster(t), "nodes", "-o", "json")), &list); err != nil {
 		t.Fatal(err)
 	}
+	if list.APIVersion != APIVersion || list.Kind != KindNodeCardsList {
+		t.Errorf("list is %s %s, want %s %s", list.APIVersion, list.Kind, APIVersion, KindNodeCardsList)
+	}
 	by := map[string]NodeView{}
-	for _, n := range nodes {
-		by[n.Name] = n
+	for _, n := range list.Items {
+		if n.APIVersion != APIVersion || n.Kind != KindNodeCards {
+			t.Errorf("item %s is %s %s", n.Name, n.APIVersion, n.Kind)
+		}
+		by[n.Name] = n.NodeView
 	}
 	a := by["gpu-a"]
 	if a.Status != StatusReady || a.Source != SourceTessera || len(a.Cards) != 2 {
@@ -249,7 +255,8 @@ func TestPodShowsItsCardsAndHandoff(t *testing.T) {
 }
 
 func TestBadCommandLinesAreUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"pod"}, {"explain", "a", "b"}, {"nodes", "-o", "wide"}, {"nodes", "extra"}, {"report"}, {"frobnicate"}} {
+	for _, args := range [][]string{{"pod"}, {"explain", "a", "b"}, {"nodes", "-o", "bogus"}, {"pod", "x", "-o", "wide"},
+		{"report", "extra", "--html", "x.html"}, {"report"}, {"frobnicate"}, {"nodes", "-l", "a in (b"}, {"nodes", "--bogus"}} {
 		if _, _, err := run(t, cluster(t), args[0], args[1:]...); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
@@ -276,8 +283,9 @@ tiers:
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.ConfFindings) != 1 || !strings.Contains(v.ConfFindings[0], "proportion (tier 2) offers reclaim victims") {
-		t.Errorf("confFindings %q", v.ConfFindings)
+	if len(v.ConfFindings) != 2 || !strings.Contains(v.ConfFindings[0], "proportion (tier 2) offers reclaim victims") ||
+		!strings.Contains(v.ConfFindings[1], "lack preempt") {
+		t.Errorf("confFindings %q, want proportion's reclaim victims and the missing preempt action", v.ConfFindings)
 	}
 	if !strings.Contains(errOut, "warning: scheduler conf: proportion (tier 2)") {
 		t.Errorf("stderr lacks the finding:\n%s", errOut)

@@ -1,150 +1,173 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"regexp"
-	"sort"
-	"strings"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
-const completionHelp = `Prints a completion script for the shell. Load it in the current shell:
+const completionHelp = `Prints a completion script for the shell, or with kubectl-plugin the executable that
+"kubectl tessera <TAB>" runs. Load a script in the current shell:
 
-  source <(tessera completion bash)        # bash (needs the bash-completion package)
-  source <(tessera completion zsh)         # zsh
+  source <(tessera completion bash)            # bash (needs the bash-completion package)
+  source <(tessera completion zsh)             # zsh
+  tessera completion fish | source             # fish
+  tessera completion powershell | Out-String | Invoke-Expression
 
-or install it for every new shell:
+Run as "kubectl-tessera completion SHELL", the script completes kubectl-tessera. For
+"kubectl tessera <TAB>" (kubectl 1.26 and later), kubectl runs an executable named
+kubectl_complete-tessera from the PATH; the krew package carries it, but krew puts only
+the plugin itself on the PATH, so add it once:
 
-  tessera completion bash > /etc/bash_completion.d/tessera
-  tessera completion zsh > "${fpath[1]}/_tessera"
-
-The script completes both "tessera" and "kubectl-tessera". For "kubectl tessera <TAB>"
-(kubectl 1.26 and later), put an executable named kubectl_complete-tessera on your PATH
-that runs: tessera __complete "$@"
+  kubectl tessera completion kubectl-plugin > ~/.krew/bin/kubectl_complete-tessera
+  chmod +x ~/.krew/bin/kubectl_complete-tessera
 `
 
-// flagName finds the names in usage lines: "  -o, --output string", "  --html string",
-// "  -f FILE".
-var flagName = regexp.MustCompile(`(?m)^\s+(?:(-\w), )?(--[\w-]+)|^\s+(-\w)\s`)
+// KubectlCompletion is the executable kubectl_complete-tessera: kubectl runs it with the
+// words of "kubectl tessera ..." to complete, and it asks the plugin, which answers
+// cobra's __complete protocol. It finds the plugin beside itself (krew's store, bin/ of
+// make build, or ~/.krew/bin where krew links the plugin), else on the PATH.
+const KubectlCompletion = `#!/usr/bin/env sh
+# kubectl_complete-tessera: kubectl (1.26 and later) runs this for "kubectl tessera <TAB>".
+here=$(dirname "$0")
+if [ -x "$here/kubectl-tessera" ]; then exec "$here/kubectl-tessera" __complete "$@"; fi
+exec kubectl-tessera __complete "$@"
+`
 
-// completionWords is, per command, the words that may follow it: its flags.
-func completionWords(cmds []Command) (names []string, flags map[string][]string) {
-	flags = map[string][]string{}
-	for _, c := range cmds {
-		names = append(names, c.Name)
-		var words []string
-		for _, m := range flagName.FindAllStringSubmatch(c.Help, -1) {
-			for _, name := range m[1:] {
-				if name != "" {
-					words = append(words, name)
+// completionShells are the arguments of `completion`, each with its writer.
+func completionShells(root *cobra.Command) map[string]func(io.Writer) error {
+	return map[string]func(io.Writer) error{
+		"bash":       func(w io.Writer) error { return root.GenBashCompletionV2(w, true) },
+		"zsh":        root.GenZshCompletion,
+		"fish":       func(w io.Writer) error { return root.GenFishCompletion(w, true) },
+		"powershell": root.GenPowerShellCompletionWithDesc,
+		"kubectl-plugin": func(w io.Writer) error {
+			_, err := io.WriteString(w, KubectlCompletion)
+			return err
+		},
+	}
+}
+
+func completionShellNames() []string {
+	return []string{"bash", "zsh", "fish", "powershell", "kubectl-plugin"}
+}
+
+func completionCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:       "completion SHELL",
+		Short:     "a completion script for bash, zsh, fish or powershell, or kubectl's plugin completion (see --help)",
+		Long:      completionHelp,
+		ValidArgs: completionShellNames(),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 || !slices.Contains(completionShellNames(), args[0]) {
+				return fmt.Errorf("%w: completion takes one of: bash, zsh, fish, powershell, kubectl-plugin", ErrUsage)
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return completionShells(root)[args[0]](c.OutOrStdout())
+		},
+	}
+}
+
+// outputCompletions are the values -o completes to.
+func outputCompletions() []string {
+	return []string{"json", "yaml", "wide", "custom-columns=", "custom-columns-file=", "jsonpath=",
+		"jsonpath-file=", "jsonpath-as-json=", "go-template=", "go-template-file="}
+}
+
+// registerFlagCompletions completes the global flags' values as kubectl does: output
+// formats, the cluster's namespaces, the kubeconfig's contexts.
+func registerFlagCompletions(root *cobra.Command, env Env, o *options) {
+	noFiles := cobra.ShellCompDirectiveNoFileComp
+	_ = root.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return outputCompletions(), noFiles | cobra.ShellCompDirectiveNoSpace
+	})
+	_ = root.RegisterFlagCompletionFunc("namespace", func(c *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+		return clusterNames(c, env, o, "namespaces"), noFiles
+	})
+	_ = root.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = o.kubeconfig
+		cfg, err := rules.Load()
+		if err != nil {
+			return nil, noFiles
+		}
+		var names []string
+		for name := range cfg.Contexts {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return names, noFiles
+	})
+}
+
+// argCompletion completes a cluster command's arguments: the namespace's pods, or
+// the nodes not named yet.
+func argCompletion(env Env, o *options, kind argKind) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		switch {
+		case kind == argPod && len(args) == 0:
+			return clusterNames(c, env, o, "pods"), cobra.ShellCompDirectiveNoFileComp
+		case kind == argNodes:
+			var names []string
+			for _, n := range clusterNames(c, env, o, "nodes") {
+				if !slices.Contains(args, n) {
+					names = append(names, n)
 				}
 			}
+			return names, cobra.ShellCompDirectiveNoFileComp
 		}
-		switch c.Name {
-		case "completion":
-			words = []string{"bash", "zsh"}
-		case "help":
-			words = nil
-			for _, o := range cmds {
-				if o.Name != "help" {
-					words = append(words, o.Name)
-				}
-			}
-		}
-		sort.Strings(words)
-		flags[c.Name] = append([]string{"--help"}, words...)
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	return names, flags
 }
 
-func writeCompletion(w io.Writer, shell string, cmds []Command) error {
-	names, flags := completionWords(cmds)
-	cases := func(variable string) string {
-		var b strings.Builder
-		for _, n := range names {
-			fmt.Fprintf(&b, "    %s) %s=%q ;;\n", n, variable, strings.Join(flags[n], " "))
+// clusterNames lists the names of the pods (in the flags' namespace), nodes or
+// namespaces, for completion: quickly, and nothing on any error (completion prints no
+// errors).
+func clusterNames(c *cobra.Command, env Env, o *options, what string) []string {
+	client, ns, err := env.Client(o.kubeconfig, &o.overrides)
+	if err != nil {
+		return nil
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	ctx, cancel := context.WithTimeout(contextOf(c), 5*time.Second)
+	defer cancel()
+	var names []string
+	switch what {
+	case "pods":
+		l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil
 		}
-		return b.String()
-	}
-	switch shell {
-	case "bash":
-		_, err := fmt.Fprintf(w, bashCompletion, strings.Join(names, " "), cases("words"))
-		return err
-	case "zsh":
-		_, err := fmt.Fprintf(w, zshCompletion, strings.Join(names, " "), cases("words_list"))
-		return err
-	}
-	return fmt.Errorf("%w: completion %q: want bash or zsh", ErrUsage, shell)
-}
-
-// complete answers kubectl's plugin completion (kubectl_complete-tessera runs
-// "tessera __complete ARGS... PARTIAL"): the matching words, one a line, then cobra's
-// directive line (":4": no file completion; ":0": let the shell complete files).
-func complete(w io.Writer, args []string, cmds []Command) error {
-	names, flags := completionWords(cmds)
-	partial, words, directive := "", names, ":4"
-	if len(args) > 0 {
-		partial = args[len(args)-1]
-	}
-	if len(args) > 1 {
-		words = flags[args[0]]
-		switch args[len(args)-2] {
-		case "-o", "--output":
-			words = []string{"text", "json"}
-		case "--kubeconfig", "--scheduler-conf", "--html", "-f":
-			words, directive = nil, ":0"
+		for _, p := range l.Items {
+			names = append(names, p.Name)
 		}
-	}
-	for _, word := range words {
-		if strings.HasPrefix(word, partial) {
-			fmt.Fprintln(w, word)
+	case "nodes":
+		l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil
+		}
+		for _, n := range l.Items {
+			names = append(names, n.Name)
+		}
+	case "namespaces":
+		l, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil
+		}
+		for _, n := range l.Items {
+			names = append(names, n.Name)
 		}
 	}
-	_, err := fmt.Fprintln(w, directive)
-	return err
+	slices.Sort(names)
+	return names
 }
-
-// The scripts list the commands, then each command's flags; -n, -o and the file flags
-// fall back to the shell's own file completion where a value is expected.
-const bashCompletion = `# bash completion for tessera and kubectl-tessera (tessera completion bash)
-_tessera() {
-  local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" words
-  if [ "$COMP_CWORD" -eq 1 ]; then
-    COMPREPLY=($(compgen -W "%s" -- "$cur"))
-    return
-  fi
-  case "$prev" in
-    -o|--output) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
-    --kubeconfig|--scheduler-conf|--html|-f) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-  esac
-  case "${COMP_WORDS[1]}" in
-%s    *) words="" ;;
-  esac
-  COMPREPLY=($(compgen -W "$words" -- "$cur"))
-}
-complete -o default -F _tessera tessera kubectl-tessera
-`
-
-const zshCompletion = `#compdef tessera kubectl-tessera
-# zsh completion for tessera and kubectl-tessera (tessera completion zsh)
-_tessera() {
-  local words_list
-  if (( CURRENT == 2 )); then
-    compadd -- %s
-    return
-  fi
-  case "${words[CURRENT-1]}" in
-    -o|--output) compadd -- text json; return ;;
-    --kubeconfig|--scheduler-conf|--html|-f) _files; return ;;
-  esac
-  case "${words[2]}" in
-%s    *) words_list="" ;;
-  esac
-  compadd -- ${=words_list}
-}
-if [ "$funcstack[1]" = "_tessera" ]; then
-  _tessera "$@"
-else
-  compdef _tessera tessera kubectl-tessera
-fi
-`

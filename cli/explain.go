@@ -27,19 +27,71 @@ type ExplainView struct {
 	Pod       string `json:"pod"`
 	Status    string `json:"status"`
 	// Reason is set for no-vgpu, invalid and placed.
-	Reason     string                 `json:"reason,omitempty"`
-	Containers []api.ContainerRequest `json:"containers,omitempty"`
-	Options    *api.PodOptions        `json:"options,omitempty"`
-	NodePolicy api.Policy             `json:"nodePolicy,omitempty"`
-	CardPolicy api.Policy             `json:"cardPolicy,omitempty"`
-	Nodes      []NodeFit              `json:"nodes,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+	Containers []RequestView `json:"containers,omitempty"`
+	Options    *OptionsView  `json:"options,omitempty"`
+	NodePolicy api.Policy    `json:"nodePolicy,omitempty"`
+	CardPolicy api.Policy    `json:"cardPolicy,omitempty"`
+	Nodes      []NodeFit     `json:"nodes,omitempty"`
 	// Scheduler is the message of the pod's PodScheduled condition, as Volcano wrote it.
 	Scheduler string `json:"scheduler,omitempty"`
 	// Queue is the pod's queue's card share (absent without Volcano's queues).
 	Queue *QueueView `json:"queue,omitempty"`
-	// ConfFindings: what in the scheduler's conf (--scheduler-conf or
-	// --scheduler-configmap) keeps the vgpu plugin from placing or reclaiming for it.
+	// ConfSource is where the scheduler's conf was read from ("ConfigMap NS/NAME" or
+	// "file PATH"); empty when the vgpu plugin's defaults were used.
+	ConfSource string `json:"confSource,omitempty"`
+	// ConfFindings: what in the scheduler's conf keeps the vgpu plugin from placing
+	// or reclaiming for it, or queues from taking their cards back.
 	ConfFindings []string `json:"confFindings,omitempty"`
+}
+
+// RequestView is one container's vGPU request.
+type RequestView struct {
+	Name  string `json:"name"`
+	Cards int    `json:"cards"`
+	// MemoryMiB per card; zero when MemoryPercent is used instead.
+	MemoryMiB     int64 `json:"memoryMiB,omitempty"`
+	MemoryPercent int   `json:"memoryPercent,omitempty"`
+	Cores         int   `json:"cores"`
+}
+
+// OptionsView is what the pod's annotations ask of its cards.
+type OptionsView struct {
+	TypeInclude []string     `json:"typeInclude,omitempty"`
+	TypeExclude []string     `json:"typeExclude,omitempty"`
+	UUIDInclude []string     `json:"uuidInclude,omitempty"`
+	UUIDExclude []string     `json:"uuidExclude,omitempty"`
+	NUMABind    bool         `json:"numaBind,omitempty"`
+	QoS         api.QoSClass `json:"qos,omitempty"`
+}
+
+// RejectView is one card's refusal.
+type RejectView struct {
+	Index  int    `json:"index"`
+	UUID   string `json:"uuid"`
+	Reason string `json:"reason"`
+	// Detail names the limit that failed, e.g. "30% wanted, 20% free".
+	Detail string `json:"detail,omitempty"`
+	// Message is the whole refusal in the scheduler's words.
+	Message string `json:"message"`
+}
+
+func (r RejectView) String() string { return r.Message }
+
+func requestViews(cs []api.ContainerRequest) []RequestView {
+	out := make([]RequestView, len(cs))
+	for i, c := range cs {
+		out[i] = RequestView{Name: c.Name, Cards: c.Cards, MemoryMiB: c.MemoryMiB, MemoryPercent: c.MemoryPercent, Cores: c.Cores}
+	}
+	return out
+}
+
+func rejectViews(rs []placement.CardReject) []RejectView {
+	out := make([]RejectView, len(rs))
+	for i, r := range rs {
+		out[i] = RejectView{Index: r.Index, UUID: r.UUID, Reason: string(r.Reason), Detail: r.Detail, Message: r.String()}
+	}
+	return out
 }
 
 // NodeFit is one node's answer.
@@ -53,8 +105,8 @@ type NodeFit struct {
 	// Reason is the predicate's message, word for word.
 	Reason string `json:"reason,omitempty"`
 	// Resolvable: the refusal depends on other tenants, so waiting or preemption may help.
-	Resolvable bool                   `json:"resolvable,omitempty"`
-	Rejects    []placement.CardReject `json:"rejects,omitempty"`
+	Resolvable bool         `json:"resolvable,omitempty"`
+	Rejects    []RejectView `json:"rejects,omitempty"`
 }
 
 // Explain runs the vgpu plugin's predicate for the pod on every node of the
@@ -79,7 +131,10 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		v.Status, v.Reason = ExplainInvalid, "vgpu: "+err.Error()
 		return v
 	}
-	v.Containers, v.Options, v.NodePolicy, v.CardPolicy = req.Containers, &req.Options, req.NodePolicy, req.CardPolicy
+	o := req.Options
+	v.Containers, v.NodePolicy, v.CardPolicy = requestViews(req.Containers), req.NodePolicy, req.CardPolicy
+	v.Options = &OptionsView{TypeInclude: o.TypeInclude, TypeExclude: o.TypeExclude, UUIDInclude: o.UUIDInclude,
+		UUIDExclude: o.UUIDExclude, NUMABind: o.NUMABind, QoS: o.QoS}
 	if s.Args.QueueShare {
 		v.Queue = s.queueViews()[Queue(pod)]
 	}
@@ -93,7 +148,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		default:
 			fit, ferr := placement.FitPod(st.engine, req)
 			if ferr != nil {
-				f.Reason, f.Resolvable, f.Rejects = "vgpu: "+ferr.Error(), ferr.Resolvable(), ferr.Explained()
+				f.Reason, f.Resolvable, f.Rejects = "vgpu: "+ferr.Error(), ferr.Resolvable(), rejectViews(ferr.Explained())
 			} else {
 				f.Fits, f.Score, f.Cards = true, fit.Score, fit.Containers
 			}
@@ -144,6 +199,9 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 	}
 	if v.Queue != nil {
 		writeQueue(w, v.Queue)
+	}
+	if v.ConfSource != "" {
+		fmt.Fprintf(w, "  scheduler conf: read from %s\n", v.ConfSource)
 	}
 	for _, f := range v.ConfFindings {
 		fmt.Fprintf(w, "  scheduler conf: %s\n", f)

@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"fmt"
-	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
@@ -96,44 +93,6 @@ func cardView(c *placement.CardState, tenants []Tenant) CardView {
 		}
 	}
 	return v
-}
-
-// WriteNodesTable prints one row per card, grouped by node; nodes without usable
-// cards get one row saying why.
-func WriteNodesTable(w io.Writer, nodes []NodeView) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tMEMORY (MiB)\tCORES\tSHARES\tQOS\tHEALTH\tPODS")
-	for _, n := range nodes {
-		if n.Status != StatusReady {
-			// The reason goes last: it is long, and tabwriter would widen every row for it.
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Name, n.Status, dash(n.Reason))
-			continue
-		}
-		for i, c := range n.Cards {
-			name := n.Name
-			if i > 0 {
-				name = ""
-			}
-			health := "ok"
-			switch {
-			case c.MIG:
-				health = "mig"
-			case !c.Healthy:
-				health = "UNHEALTHY"
-			}
-			qos := c.QoS
-			if qos == "" {
-				qos = "-"
-			}
-			mem := fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB)
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d%%\t%d/%d\t%s\t%s\t%s\n", name, c.Index, c.Model, mem, c.UsedCores,
-				c.Tenants, c.Shares, qos, health, podList(c.Pods))
-		}
-		for _, p := range n.Problems {
-			fmt.Fprintf(tw, "%s\t!\t%s\t\t\t\t\t\t\n", "", p)
-		}
-	}
-	return tw.Flush()
 }
 
 func podList(ts []Tenant) string {

@@ -32,15 +32,29 @@ type QueueView struct {
 	Weight      int32  `json:"weight"`
 	TotalWeight int32  `json:"totalWeight"`
 	// Deserved is the queue's weighted max-min share of the schedulable cards.
-	Deserved fairshare.Amount `json:"deserved"`
+	Deserved Amount `json:"deserved"`
 	// Held is what its bound vGPU pods hold; Asked what its pending ones ask.
-	Held  fairshare.Amount `json:"held"`
-	Asked fairshare.Amount `json:"asked"`
+	Held  Amount `json:"held"`
+	Asked Amount `json:"asked"`
 	// Below: the queue holds less than it deserves, so reclaim may act for it.
 	Below bool `json:"below"`
 	// Reclaimable counts, per queue above its share, the vGPU pods reclaim could
 	// evict for this one (before each job's minAvailable is taken into account).
 	Reclaimable map[string]int `json:"reclaimable,omitempty"`
+}
+
+// Amount is card memory and card cores: MiB, and percent of a card's SMs (100 a card).
+type Amount struct {
+	MemoryMiB float64 `json:"memoryMiB"`
+	Cores     float64 `json:"cores"`
+}
+
+func amountOf(a fairshare.Amount) Amount { return Amount{MemoryMiB: a.MemoryMiB, Cores: a.Cores} }
+
+// queueLoad is what a queue's vGPU pods hold and ask, in fairshare's terms.
+type queueLoad struct {
+	held, asked fairshare.Amount
+	bound       int
 }
 
 // queueList is the part of a Queue list the CLI decodes.
@@ -129,50 +143,54 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 		refMiB = physical / cards
 	}
 	views := map[string]*QueueView{}
+	loads := map[string]*queueLoad{}
 	var weight int32
 	for _, q := range s.Queues {
 		views[q.Name] = &QueueView{Queue: q.Name, Weight: q.Weight}
+		loads[q.Name] = &queueLoad{}
 		weight += q.Weight
 	}
-	boundPods := map[string][]string{}
 	for i := range s.Pods {
 		p := &s.Pods[i]
-		v := views[Queue(p)]
-		if v == nil || !s.Args.Resources.HasVGPURequest(p) {
+		l := loads[Queue(p)]
+		if l == nil || !s.Args.Resources.HasVGPURequest(p) {
 			continue
 		}
 		if p.Spec.NodeName != "" {
 			if cs, _, ok, err := s.podAssignment(p); ok && err == nil {
-				v.Held = v.Held.Add(fairshare.Assigned(cs))
-				boundPods[v.Queue] = append(boundPods[v.Queue], p.Namespace+"/"+p.Name)
+				l.held = l.held.Add(fairshare.Assigned(cs))
+				l.bound++
 			}
 			continue
 		}
 		if req, err := s.request(p); err == nil {
-			v.Asked = v.Asked.Add(fairshare.Requested(req.Containers, refMiB))
+			l.asked = l.asked.Add(fairshare.Requested(req.Containers, refMiB))
 		}
 	}
 	claims := make([]fairshare.Claim, len(s.Queues))
 	for i, q := range s.Queues {
-		v := views[q.Name]
-		claims[i] = fairshare.Claim{Weight: float64(q.Weight), Request: v.Held.Add(v.Asked), Capability: q.Capability,
+		l := loads[q.Name]
+		claims[i] = fairshare.Claim{Weight: float64(q.Weight), Request: l.held.Add(l.asked), Capability: q.Capability,
 			Guarantee: q.Guarantee}
 	}
+	deserved := map[string]fairshare.Amount{}
 	for i, d := range fairshare.Divide(total, claims) {
-		v := views[s.Queues[i].Name]
-		v.Deserved, v.TotalWeight = d, weight
-		v.Below = fairshare.Below(v.Held, d, v.Asked)
+		name := s.Queues[i].Name
+		l, v := loads[name], views[name]
+		deserved[name] = d
+		v.Deserved, v.Held, v.Asked, v.TotalWeight = amountOf(d), amountOf(l.held), amountOf(l.asked), weight
+		v.Below = fairshare.Below(l.held, d, l.asked)
 	}
 	for _, v := range views {
 		if !v.Below {
 			continue
 		}
-		for _, o := range views {
-			if o != v && !o.Held.Within(o.Deserved) && len(boundPods[o.Queue]) > 0 {
+		for name, o := range loads {
+			if name != v.Queue && !o.held.Within(deserved[name]) && o.bound > 0 {
 				if v.Reclaimable == nil {
 					v.Reclaimable = map[string]int{}
 				}
-				v.Reclaimable[o.Queue] = len(boundPods[o.Queue])
+				v.Reclaimable[name] = o.bound
 			}
 		}
 	}

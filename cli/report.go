@@ -32,10 +32,15 @@ type QueueColour struct {
 
 // ReportTotals sums the cluster's cards.
 type ReportTotals struct {
-	Nodes, Cards, BusyCards, UnhealthyCards int
-	CapacityMiB, UsedMiB                    int64
+	Nodes          int   `json:"nodes"`
+	Cards          int   `json:"cards"`
+	BusyCards      int   `json:"busyCards"`
+	UnhealthyCards int   `json:"unhealthyCards"`
+	CapacityMiB    int64 `json:"capacityMiB"`
+	UsedMiB        int64 `json:"usedMiB"`
 	// MemoryPercent and CoresPercent are cluster-wide fill, 0..100.
-	MemoryPercent, CoresPercent int
+	MemoryPercent int `json:"memoryPercent"`
+	CoresPercent  int `json:"coresPercent"`
 }
 
 // CSS is the legend swatch's colour, for the template.

@@ -64,10 +64,14 @@ func TestCLIReadsARealAPIServer(t *testing.T) {
 		}
 		return out.Bytes()
 	}
-	var nodes []cli.NodeView
-	if err := json.Unmarshal(run("nodes"), &nodes); err != nil {
+	var list cli.NodeCardsList
+	if err := json.Unmarshal(run("nodes"), &list); err != nil {
 		t.Fatal(err)
 	}
+	if list.APIVersion != cli.APIVersion || list.Kind != cli.KindNodeCardsList {
+		t.Errorf("nodes -o json is %s %s, want %s %s", list.APIVersion, list.Kind, cli.APIVersion, cli.KindNodeCardsList)
+	}
+	nodes := list.Items
 	var found bool
 	for _, n := range nodes {
 		if n.Name == node {

@@ -5,14 +5,17 @@
 //	tessera pod NAME                 a pod's cards and its node handoff
 //	tessera explain POD              why a pending vGPU pod does not fit, node by node
 //	tessera report --html FILE       a self-contained HTML card map
+//	tessera ui                       the live card map on localhost, kept current by watches
 //	tessera simulate [-f scenario]   the vgpu plugin inside Volcano's scheduler, no API server
 //	tessera version                  this build's version and commit
-//	tessera completion bash|zsh      a shell completion script
+//	tessera completion SHELL         a completion script: bash, zsh, fish, powershell,
+//	                                 or kubectl-plugin (kubectl_complete-tessera)
 //
 // -h or --help, after the tool or any command, prints its help on stdout and exits 0.
-// Every command takes -o json. The cluster commands live in package cli; simulate is
-// the command tessera-simulate, run from beside this one, so that the CLI links no
-// Volcano package.
+// The cluster commands take kubectl's output flags (-o json|yaml|wide|jsonpath=...|
+// custom-columns=..., --no-headers) and client flags, before or after the command. They
+// live in package cli; simulate is the command tessera-simulate, run from beside this
+// one, so that the CLI links no Volcano package.
 package main
 
 import (
@@ -22,9 +25,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 
 	"github.com/tessera-gpu/tessera/cli"
+	"github.com/tessera-gpu/tessera/cli/ui"
 )
 
 func main() {
@@ -39,6 +44,13 @@ func main() {
 		Summary: "run the vgpu plugin inside Volcano's scheduler on a described cluster (no API server)",
 		Help:    simulateHelp,
 		Run:     func(_ context.Context, _ cli.Env, args []string) error { return nil }, // never reached: see above
+	}, cli.Command{
+		Name:    "ui",
+		Summary: ui.Summary,
+		Help:    ui.Usage(),
+		Run: func(ctx context.Context, env cli.Env, args []string) error {
+			return ui.Main(ctx, args, env.Stdout, env.Stderr)
+		},
 	}))
 }
 
@@ -63,7 +75,7 @@ func simulate(args []string) int {
 		if real, err := filepath.EvalSymlinks(self); err == nil {
 			self = real
 		}
-		if p := filepath.Join(filepath.Dir(self), simulator); isFile(p) {
+		if p := filepath.Join(filepath.Dir(self), simulator+exeSuffix()); isFile(p) {
 			path = p
 		}
 	}
@@ -74,11 +86,23 @@ func simulate(args []string) int {
 	switch {
 	case errors.As(err, &exit):
 		return exit.ExitCode()
+	case err != nil && runtime.GOOS == "windows":
+		// It links Volcano's scheduler, which does not build for Windows.
+		fmt.Fprintf(os.Stderr, "tessera simulate: %v (simulate runs %s, which is built for Linux and macOS only: run it there)\n", err, simulator)
+		return 1
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "tessera simulate: %v (simulate runs %s, installed beside tessera: make build puts both in bin/)\n", err, simulator)
 		return 1
 	}
 	return 0
+}
+
+// exeSuffix is what executables' names end in: ".exe" on Windows.
+func exeSuffix() string {
+	if runtime.GOOS == "windows" {
+		return ".exe"
+	}
+	return ""
 }
 
 func isFile(path string) bool {

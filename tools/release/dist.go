@@ -11,9 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
-	"text/template"
 	"time"
 )
 
@@ -22,6 +22,11 @@ type distOptions struct {
 	Dist    string // output directory
 	Images  string // where `release images` wrote (copied into Dist/images unless it is already there)
 	BaseURL string // where the release's files are downloaded from (the krew manifest's uris)
+}
+
+// cliPlatforms are where the CLI and its simulator are released (and krew packages them).
+func cliPlatforms() []string {
+	return []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64", "windows/amd64"}
 }
 
 // binaryTargets are the release's binaries: the CLI and its simulator everywhere they
@@ -35,9 +40,13 @@ func binaryTargets(o *buildOptions) []struct {
 		os, arch string
 	}
 	var ts []target
-	for _, goos := range []string{"linux", "darwin"} {
-		for _, arch := range []string{"amd64", "arm64"} {
-			ts = append(ts, target{cliTool, goos, arch}, target{simulator, goos, arch})
+	for _, p := range cliPlatforms() {
+		goos, arch, _ := strings.Cut(p, "/")
+		ts = append(ts, target{cliTool, goos, arch})
+		// tessera-simulate links Volcano's scheduler, which does not build for Windows
+		// (volcano.sh/volcano/pkg/util uses unix.Umask).
+		if goos != "windows" {
+			ts = append(ts, target{simulator, goos, arch})
 		}
 	}
 	for _, p := range o.SchedulerPlatforms {
@@ -49,19 +58,6 @@ func binaryTargets(o *buildOptions) []struct {
 		ts = append(ts, target{agent, os, arch})
 	}
 	return ts
-}
-
-// krewName is a program's name in the CLI's krew package ("" for the daemons): kubectl
-// runs the plugin as kubectl-tessera, and `tessera simulate` runs tessera-simulate from the
-// plugin's own directory.
-func krewName(p program) string {
-	switch p {
-	case cliTool:
-		return "kubectl-tessera"
-	case simulator:
-		return simulator.Name
-	}
-	return ""
 }
 
 func distMain(args []string) error {
@@ -98,7 +94,7 @@ func buildDist(o *buildOptions, d distOptions) error {
 	defer os.RemoveAll(work)
 	// The CLI's programs per platform, for its krew package: kubectl-tessera (the same
 	// binary as tessera) and tessera-simulate, which it runs from beside itself.
-	cli := map[string]map[string]tarFile{}
+	cli := map[string]map[string][]byte{}
 	var platforms []string
 	for _, t := range binaryTargets(o) {
 		dir := filepath.Join(work, t.os+"-"+t.arch)
@@ -110,32 +106,36 @@ func buildDist(o *buildOptions, d distOptions) error {
 		if err != nil {
 			return err
 		}
-		name := fmt.Sprintf("%s_%s_%s_%s", t.prog.Name, o.Version, t.os, t.arch)
+		name := fmt.Sprintf("%s_%s_%s_%s%s", t.prog.Name, o.Version, t.os, t.arch, exeSuffix(t.os))
 		if err := os.WriteFile(filepath.Join(d.Dist, name), b, 0o755); err != nil {
 			return err
 		}
-		if inKrew := krewName(t.prog); inKrew != "" {
+		if inKrew := krewName(t.prog, t.os); inKrew != "" {
 			plat := t.os + "/" + t.arch
 			if cli[plat] == nil {
-				cli[plat] = map[string]tarFile{}
+				cli[plat] = map[string][]byte{}
 				platforms = append(platforms, plat)
 			}
-			cli[plat][inKrew] = tarFile{mode: 0o755, data: b}
+			cli[plat][inKrew] = b
 		}
+	}
+	extra, err := krewExtras(o, filepath.Join(work, runtime.GOOS+"-"+runtime.GOARCH, cliTool.Name+exeSuffix(runtime.GOOS)))
+	if err != nil {
+		return err
 	}
 	var plugins []krewPlatform
 	for _, plat := range platforms {
 		goos, arch, _ := strings.Cut(plat, "/")
-		archive := fmt.Sprintf("kubectl-tessera_%s_%s_%s.tar.gz", o.Version, goos, arch)
-		tgz, err := tarGz(cli[plat], o.Created)
+		archive := krewArchiveName(o.Version, goos, arch)
+		files := krewArchive(goos, cli[plat], extra)
+		tgz, err := tarGz(files, o.Created)
 		if err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(d.Dist, archive), tgz, 0o644); err != nil {
 			return err
 		}
-		plugins = append(plugins, krewPlatform{OS: goos, Arch: arch, URI: d.BaseURL + "/" + archive,
-			SHA256: fmt.Sprintf("%x", sha256.Sum256(tgz))})
+		plugins = append(plugins, newKrewPlatform(goos, arch, d.BaseURL+"/"+archive, fmt.Sprintf("%x", sha256.Sum256(tgz)), files))
 	}
 	chart, err := packageChart(filepath.Join(o.Root, "charts", "tessera"), o.Version, o.Created, digests)
 	if err != nil {
@@ -305,46 +305,4 @@ func packageChart(dir, version string, mtime time.Time, values []valueSetting) (
 		return nil, fmt.Errorf("%s: no values.yaml to set the image digests in", dir)
 	}
 	return tarGz(files, mtime)
-}
-
-type krewPlatform struct {
-	OS, Arch, URI, SHA256 string
-}
-
-var krewTemplate = template.Must(template.New("krew").Parse(`apiVersion: krew.googlecontainertools.github.com/v1alpha2
-kind: Plugin
-metadata:
-  name: tessera
-spec:
-  version: v{{.Version}}
-  homepage: {{.Source}}
-  shortDescription: See and explain fractional-GPU placement on Volcano
-  description: |
-    Shows the vGPU cards of every node (memory and cores used, QoS pool, health, pods),
-    a pod's cards and its node handoff, why a pending vGPU pod does not fit (with the
-    scheduler's own engine), and an HTML card map, for clusters scheduled by Tessera.
-  platforms:
-{{- range .Platforms}}
-  - selector:
-      matchLabels:
-        os: {{.OS}}
-        arch: {{.Arch}}
-    uri: {{.URI}}
-    sha256: {{.SHA256}}
-    bin: kubectl-tessera
-    files:
-      - from: kubectl-tessera
-        to: .
-      - from: tessera-simulate
-        to: .
-{{- end}}
-`))
-
-func krewManifest(o *buildOptions, platforms []krewPlatform) ([]byte, error) {
-	var b bytes.Buffer
-	err := krewTemplate.Execute(&b, struct {
-		Version, Source string
-		Platforms       []krewPlatform
-	}{o.Version, o.Source, platforms})
-	return b.Bytes(), err
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -68,21 +69,49 @@ func TestPackagedChartIsTheChartAtTheReleaseVersion(t *testing.T) {
 	}
 }
 
-func TestKrewManifestNamesEachPlatformsArchiveAndDigest(t *testing.T) {
+// krewPackages are the krew packages of a release of fake programs, one per platform,
+// and the manifest naming them.
+func krewPackages(t *testing.T) (manifest []byte, archives map[string]map[string]string, sums map[string]string) {
+	t.Helper()
 	o := &buildOptions{Version: "1.2.3", Source: "https://example.test/tessera"}
-	tgz, err := tarGz(map[string]tarFile{"kubectl-tessera": {mode: 0o755, data: []byte("bin")}}, testTime)
+	extra := krewFiles{License: []byte("Apache License"), Completion: []byte("#!/usr/bin/env sh\n")}
+	archives, sums = map[string]map[string]string{}, map[string]string{}
+	var platforms []krewPlatform
+	programs := map[string]map[string][]byte{}
+	for _, tg := range binaryTargets(o) {
+		plat := tg.os + "/" + tg.arch
+		if n := krewName(tg.prog, tg.os); n != "" {
+			if programs[plat] == nil {
+				programs[plat] = map[string][]byte{}
+			}
+			programs[plat][n] = []byte(n + " for " + plat)
+		}
+	}
+	for _, plat := range cliPlatforms() {
+		goos, arch, _ := strings.Cut(plat, "/")
+		files := krewArchive(goos, programs[plat], extra)
+		tgz, err := tarGz(files, testTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums[plat] = fmt.Sprintf("%x", sha256.Sum256(tgz))
+		archives[plat] = untarGz(t, tgz)
+		platforms = append(platforms, newKrewPlatform(goos, arch, "https://example.test/"+krewArchiveName(o.Version, goos, arch), sums[plat], files))
+	}
+	manifest, err := krewManifest(o, platforms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := fmt.Sprintf("%x", sha256.Sum256(tgz))
-	b, err := krewManifest(o, []krewPlatform{{OS: "linux", Arch: "amd64", URI: "https://example.test/k.tar.gz", SHA256: sum}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return manifest, archives, sums
+}
+
+func TestKrewManifestNamesEachPlatformsArchiveAndDigest(t *testing.T) {
+	b, archives, sums := krewPackages(t)
 	var m struct {
 		Kind string
 		Spec struct {
 			Version   string
+			Caveats   string
 			Platforms []struct {
 				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
 				URI, Sha256, Bin string
@@ -93,34 +122,81 @@ func TestKrewManifestNamesEachPlatformsArchiveAndDigest(t *testing.T) {
 	if err := yaml.Unmarshal(b, &m); err != nil {
 		t.Fatalf("%v\n%s", err, b)
 	}
-	p := m.Spec.Platforms
-	if m.Kind != "Plugin" || m.Spec.Version != "v1.2.3" || len(p) != 1 || p[0].Sha256 != sum || p[0].Bin != "kubectl-tessera" ||
-		p[0].Selector.MatchLabels["os"] != "linux" || len(p[0].Files) != 2 || p[0].Files[0].From != "kubectl-tessera" ||
-		p[0].Files[1].From != "tessera-simulate" || p[0].Files[1].To != "." {
-		t.Errorf("krew manifest:\n%s", b)
+	if m.Kind != "Plugin" || m.Spec.Version != "v1.2.3" || len(m.Spec.Platforms) != len(cliPlatforms()) ||
+		!strings.Contains(m.Spec.Caveats, "completion kubectl-plugin") {
+		t.Fatalf("krew manifest:\n%s", b)
 	}
-	if files := untarGz(t, tgz); files["kubectl-tessera"] != "bin" {
-		t.Errorf("krew archive holds %v", files)
+	for _, p := range m.Spec.Platforms {
+		plat := p.Selector.MatchLabels["os"] + "/" + p.Selector.MatchLabels["arch"]
+		files := archives[plat]
+		if p.Sha256 != sums[plat] || !strings.HasSuffix(p.URI, "kubectl-tessera_1.2.3_"+strings.ReplaceAll(plat, "/", "_")+".tar.gz") {
+			t.Errorf("%s: uri %s sha256 %s, want its archive's", plat, p.URI, p.Sha256)
+		}
+		if _, ok := files[p.Bin]; !ok {
+			t.Errorf("%s: bin %s is not in the archive %v", plat, p.Bin, files)
+		}
+		// krew copies only what files names: every file of the archive, into the plugin's directory.
+		var from []string
+		for _, f := range p.Files {
+			from = append(from, f.From)
+			if _, ok := files[f.From]; !ok || f.To != "." {
+				t.Errorf("%s: files entry %+v is not a file of the archive copied to .", plat, f)
+			}
+		}
+		if len(from) != len(files) {
+			t.Errorf("%s: files %v, archive %v", plat, from, files)
+		}
 	}
 }
 
+// krew-index takes a plugin only with its licence; kubectl completes through
+// kubectl_complete-tessera; Windows runs .exe files.
+func TestKrewArchivesCarryTheLicenseTheCompletionAndWindowsExecutables(t *testing.T) {
+	_, archives, _ := krewPackages(t)
+	for plat, files := range archives {
+		var names []string
+		for n := range files {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		want := "LICENSE kubectl-tessera kubectl_complete-tessera tessera-simulate"
+		if strings.HasPrefix(plat, "windows/") {
+			want = "LICENSE kubectl-tessera.exe" // no tessera-simulate: Volcano's scheduler does not build for Windows
+		}
+		if got := strings.Join(names, " "); got != want {
+			t.Errorf("%s package holds %s, want %s", plat, got, want)
+		}
+		if files["LICENSE"] != "Apache License" {
+			t.Errorf("%s: LICENSE %q", plat, files["LICENSE"])
+		}
+	}
+	if _, ok := archives["windows/amd64"]; !ok {
+		t.Error("no Windows package")
+	}
+}
+
+// The simulator everywhere Volcano's scheduler builds: not on Windows.
 func TestReleaseShipsTheSimulatorBesideTheCLIOnEveryPlatform(t *testing.T) {
 	o := &buildOptions{SchedulerPlatforms: []string{"linux/amd64"}, AgentPlatforms: []string{"linux/amd64"}}
 	inKrew := map[string][]string{}
 	for _, tg := range binaryTargets(o) {
-		if n := krewName(tg.prog); n != "" {
+		if n := krewName(tg.prog, tg.os); n != "" {
 			inKrew[tg.os+"/"+tg.arch] = append(inKrew[tg.os+"/"+tg.arch], n)
 		}
 	}
-	for _, plat := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
-		if got := strings.Join(inKrew[plat], " "); got != "kubectl-tessera tessera-simulate" {
-			t.Errorf("krew package for %s holds %q, want kubectl-tessera tessera-simulate", plat, got)
+	for _, plat := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64", "windows/amd64"} {
+		want := "kubectl-tessera tessera-simulate"
+		if plat == "windows/amd64" {
+			want = "kubectl-tessera.exe"
+		}
+		if got := strings.Join(inKrew[plat], " "); got != want {
+			t.Errorf("krew package for %s holds %q, want %s", plat, got, want)
 		}
 	}
-	if len(inKrew) != 4 {
-		t.Errorf("krew packages for %d platforms, want 4: %v", len(inKrew), inKrew)
+	if len(inKrew) != 5 {
+		t.Errorf("krew packages for %d platforms, want 5: %v", len(inKrew), inKrew)
 	}
-	if krewName(scheduler) != "" || krewName(agent) != "" {
+	if krewName(scheduler, "linux") != "" || krewName(agent, "linux") != "" {
 		t.Error("a daemon is packaged in the CLI's krew archive")
 	}
 }
@@ -288,5 +364,28 @@ b:
 	}
 	if _, err := setYAMLScalar([]byte("a:\n  b: 1\na:\n  b: 2\n"), []string{"a", "b"}, "v"); err == nil || !strings.Contains(err.Error(), "lines 2 and 4") {
 		t.Errorf("a key set twice: %v", err)
+	}
+}
+
+// The completion executable comes from the CLI built for this machine, the licence from
+// the repository.
+func TestKrewExtrasAskTheCLIForItsCompletionExecutable(t *testing.T) {
+	root, bin := t.TempDir(), filepath.Join(t.TempDir(), "tessera")
+	if err := os.WriteFile(filepath.Join(root, "LICENSE"), []byte("Apache License"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := "#!/bin/sh\n[ \"$*\" = \"completion kubectl-plugin\" ] && echo '#!/usr/bin/env sh' && exit 0\nexit 2\n"
+	if err := os.WriteFile(bin, []byte(cli), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	extra, err := krewExtras(&buildOptions{Root: root}, bin)
+	if err != nil || string(extra.License) != "Apache License" || string(extra.Completion) != "#!/usr/bin/env sh\n" {
+		t.Errorf("extras %q %q, %v", extra.License, extra.Completion, err)
+	}
+	if _, err := krewExtras(&buildOptions{Root: root}, filepath.Join(root, "missing")); err == nil {
+		t.Error("no CLI to ask, no error")
+	}
+	if _, err := krewExtras(&buildOptions{Root: t.TempDir()}, bin); err == nil {
+		t.Error("no LICENSE, no error")
 	}
 }

@@ -36,7 +36,7 @@ var crossCC = map[string]string{"arm64": "aarch64-linux-gnu-gcc", "amd64": "x86_
 // goBuild builds prog for goos/goarch into dir/<name> reproducibly: -trimpath, no VCS
 // stamp (the revision comes from -X), stripped, and static unless the program needs cgo.
 func goBuild(o *buildOptions, prog program, goos, goarch, dir string) (string, error) {
-	out := filepath.Join(dir, prog.Name)
+	out := filepath.Join(dir, prog.Name+exeSuffix(goos))
 	ldflags := []string{"-s", "-w", "-buildid=",
 		"-X", buildinfoPkg + ".Version=" + o.Version,
 		"-X", buildinfoPkg + ".Revision=" + o.Revision,
@@ -80,4 +80,12 @@ func hostArch() string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// exeSuffix is what an executable's name ends in on goos: ".exe" on Windows.
+func exeSuffix(goos string) string {
+	if goos == "windows" {
+		return ".exe"
+	}
+	return ""
 }

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// nodeColumns are the columns of `tessera nodes`; Priority 1 only with -o wide.
+func nodeColumns() []metav1.TableColumnDefinition {
+	return []metav1.TableColumnDefinition{
+		{Name: "Node", Type: "string", Format: "name"},
+		{Name: "Card", Type: "string"},
+		{Name: "Model", Type: "string"},
+		{Name: "Memory(MiB)", Type: "string", Description: "used/schedulable memory"},
+		{Name: "Cores", Type: "string", Description: "percent of the card's SMs in use"},
+		{Name: "Shares", Type: "string", Description: "tenants/shares"},
+		{Name: "QoS", Type: "string"},
+		{Name: "Health", Type: "string"},
+		{Name: "UUID", Type: "string", Priority: 1},
+		{Name: "NUMA", Type: "string", Priority: 1},
+		{Name: "Physical(MiB)", Type: "string", Priority: 1, Description: "memory before oversubscription"},
+		{Name: "Source", Type: "string", Priority: 1, Description: "the annotation the cards were read from: tessera or hami"},
+		{Name: "Pods", Type: "string"},
+	}
+}
+
+// nodesTable is the nodes view as kubectl's table: a row per card; a node without
+// usable cards gets one row with its status and why; a pod whose cards cannot be
+// accounted gets a row "!" under its node.
+func nodesTable(nodes []NodeView) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: nodeColumns()}
+	row := func(cells ...any) { t.Rows = append(t.Rows, metav1.TableRow{Cells: cells}) }
+	for _, n := range nodes {
+		source := dash(n.Source)
+		if n.Status != StatusReady {
+			row(n.Name, "-", "-", "-", "-", "-", "-", n.Status, "-", "-", "-", source, dash(n.Reason))
+			continue
+		}
+		for _, c := range n.Cards {
+			health := "ok"
+			switch {
+			case c.MIG:
+				health = "mig"
+			case !c.Healthy:
+				health = "UNHEALTHY"
+			}
+			row(n.Name, strconv.Itoa(c.Index), c.Model, fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB),
+				fmt.Sprintf("%d%%", c.UsedCores), fmt.Sprintf("%d/%d", c.Tenants, c.Shares), dash(c.QoS), health,
+				c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, podList(c.Pods))
+		}
+		for _, p := range n.Problems {
+			row(n.Name, "!", "-", "-", "-", "-", "-", "problem", "-", "-", "-", source, p)
+		}
+	}
+	return t
+}
+
+// pickNodes keeps the nodes named (every node when none is) whose labels match sel,
+// in the view's order; the names that are no node come back as missing.
+func pickNodes(view []NodeView, nodes []corev1.Node, names []string, sel labels.Selector) (picked []NodeView, missing []string) {
+	match := map[string]bool{}
+	for i := range nodes {
+		match[nodes[i].Name] = sel.Matches(labels.Set(nodes[i].Labels))
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		if _, ok := match[n]; !ok {
+			missing = append(missing, n)
+		}
+		want[n] = true
+	}
+	for _, v := range view {
+		if match[v.Name] && (len(names) == 0 || want[v.Name]) {
+			picked = append(picked, v)
+		}
+	}
+	return picked, missing
+}
