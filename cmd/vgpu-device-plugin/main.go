@@ -62,14 +62,7 @@ func main() {
 	if *metricsAuth == metricsauth.ModeKubernetes && cfg.MetricsAddress != "" {
 		// The agent serves /metrics, /healthz and /readyz in memory; the port serves them
 		// through the guard (the probes without credentials).
-		inner := metricsauth.NewPipeListener()
-		deps.MetricsListener = inner
-		h := metricsauth.Handler(metricsauth.NewDelegating(client), metricsauth.Proxy(inner.Dial), "/healthz", "/readyz")
-		go func() {
-			if err := metricsauth.Serve(ctx, cfg.MetricsAddress, h); err != nil {
-				klog.ErrorS(err, "Metrics and probe endpoint unavailable")
-			}
-		}()
+		deps.MetricsListener = agent.GuardMetrics(ctx, cfg.MetricsAddress, client)
 	}
 	if err := agent.Run(ctx, cfg, deps); err != nil {
 		klog.ErrorS(err, "Node agent stopped")

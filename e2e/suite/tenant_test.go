@@ -3,10 +3,13 @@ package suite
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -101,6 +104,10 @@ func TestTenantAttacks(t *testing.T) {
 	// The node agent's account may write only its own Node and the pods bound to it, and
 	// only its own annotations there: what a compromised node could do to the others.
 	agentAttacks(t, victim)
+
+	// The victim's node agent names every pod on the node in its metrics: the tenant may
+	// not read them, with or without its own account's token.
+	metricsAttacks(t, attacker, victim.Spec.NodeName)
 
 	// A filter list sized to cost the scheduler minutes a session is refused as a reason,
 	// not evaluated: the pod stays unplaced.
@@ -296,5 +303,57 @@ func agentAttacks(t *testing.T, victim *corev1.Pod) {
 			continue
 		}
 		t.Logf("the agent of %s refused %s: %v", claim, r.name, err)
+	}
+}
+
+// metricsAttacks scrapes the node agent's /metrics as the tenant would: without a token,
+// and with a token of a ServiceAccount of its own namespace (edit there, as the tenant
+// has). Both are refused; the admin's token reads them, so the refusals are the guard's.
+func metricsAttacks(t *testing.T, ns, node string) {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper", Namespace: ns}}
+	if _, err := cl.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper-edit", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}}
+	if _, err := cl.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cl.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := cl.AgentMetricsURL(node)
+	scrape := func(token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{{"no token", "", http.StatusUnauthorized}, {"the tenant's ServiceAccount token", tr.Status.Token, http.StatusForbidden}} {
+		if code, body := scrape(c.token); code != c.want || strings.Contains(body, "tessera_container_") {
+			t.Errorf("the agent's /metrics with %s: %d, want %d (body %.200q)", c.who, code, c.want, body)
+		} else {
+			t.Logf("the agent's /metrics with %s: %d", c.who, code)
+		}
+	}
+	if code, body := scrape(cl.Rest.BearerToken); code != http.StatusOK || !strings.Contains(body, "tessera_container_") {
+		t.Errorf("the agent's /metrics with the admin's token: %d, want 200 with the container series (body %.200q)", code, body)
 	}
 }

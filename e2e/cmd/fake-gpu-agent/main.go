@@ -2,7 +2,8 @@
 // go-nvml fake machine instead of the NVIDIA driver. It exists only for the end-to-end
 // harness, so the product binary cmd/vgpu-device-plugin carries no fakes.
 //
-// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [--toolkit-cdi-dir=DIR] [vgpu-device-plugin flags...]
+// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [--toolkit-cdi-dir=DIR] [--metrics-auth=kubernetes|none]
+// [vgpu-device-plugin flags...]
 //
 // Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
 // nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
@@ -75,8 +76,19 @@ func main() {
 		}
 		go watchFaults(ctx, dir, fm)
 	}
+	deps := agent.Deps{NVML: machine, Client: client, SysfsRoot: os.TempDir()}
+	switch own["metrics-auth"] {
+	case "kubernetes":
+		if cfg.MetricsAddress != "" {
+			deps.MetricsListener = agent.GuardMetrics(ctx, cfg.MetricsAddress, client)
+		}
+	case "none":
+	default:
+		klog.ErrorS(nil, "Bad --metrics-auth, want kubernetes or none", "value", own["metrics-auth"])
+		os.Exit(2)
+	}
 	klog.InfoS("Fake GPU machine", "shape", shape, "node", cfg.NodeName)
-	if err := agent.Run(ctx, cfg, agent.Deps{NVML: machine, Client: client, SysfsRoot: os.TempDir()}); err != nil {
+	if err := agent.Run(ctx, cfg, deps); err != nil {
 		klog.ErrorS(err, "Node agent stopped")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
@@ -84,9 +96,10 @@ func main() {
 }
 
 // splitOwnFlags removes this program's own flags (--machine, default dgxa100, and
-// --fault-dir, --toolkit-cdi-dir), as --name=value or --name value, from the arguments.
+// --fault-dir, --toolkit-cdi-dir, --metrics-auth as vgpu-device-plugin has it), as
+// --name=value or --name value, from the arguments.
 func splitOwnFlags(args []string) (map[string]string, []string) {
-	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": "", "toolkit-cdi-dir": ""}, make([]string, 0, len(args))
+	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": "", "toolkit-cdi-dir": "", "metrics-auth": "none"}, make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(args[i], "--"), "=")
 		if _, ours := own[name]; !ours || !strings.HasPrefix(args[i], "--") {

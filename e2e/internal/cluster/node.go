@@ -222,6 +222,12 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		// The in-memory runtime only records mounts; a tmpfs per container would outlive
 		// the run on the host (records' own tests mount and unmount them as root).
 		"--container-tmpfs-size=0"}, c.Opts.AgentArgs...)
+	if c.Opts.ChartDir != "" {
+		// As the chart runs them (metrics.authentication): /metrics only for a token whose
+		// user may get it, checked with the agent account's own TokenReview and
+		// SubjectAccessReview permissions.
+		args = append(args, "--metrics-auth=kubernetes")
+	}
 	args = append(append(args, n.AgentArgs...), extra...)
 	c.mu.Lock()
 	if c.agentConfig != "" {
