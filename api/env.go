@@ -17,4 +17,7 @@ const (
 	EnvLimitsFile = "TESSERA_LIMITS_FILE"
 	// EnvLogLevel is vgpu-core's log level: error, warn, info or debug.
 	EnvLogLevel = "TESSERA_LOG_LEVEL"
+	// EnvContextReserveMiB is counted against a card's memory limit for every CUDA context on
+	// it: the driver's own footprint, which NVML counts and the allocations do not.
+	EnvContextReserveMiB = "TESSERA_CONTEXT_RESERVE_MIB"
 )

@@ -82,6 +82,13 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		devices[d.Card.UUID] = d.Handle
 	}
 	container, err := prepareHost(cfg)
+	container.ContextReserveMiB = func(uuid string) int64 {
+		card, ok := reg.Card(uuid)
+		if !ok {
+			return cfg.ContextReserve.MiB("")
+		}
+		return cfg.ContextReserve.MiB(card.Model)
+	}
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,10 @@ type Config struct {
 	// directory (records.Store.TmpfsBytes); 0 mounts none. (ContainerDir must be
 	// ContainerPath; that key stays so that existing files load.)
 	ContainerTmpfsSize resource.Quantity `json:"containerTmpfsSize"`
+	// ContextReserve is the memory a CUDA context takes on a card, by card model: counted
+	// inside each container's memory limit (vgpu-core's TESSERA_CONTEXT_RESERVE_MIB), so that
+	// the memory the scheduler books for a card is what its containers hold on it.
+	ContextReserve ContextReserve `json:"contextReserve"`
 	// MemoryGuard holds every pod to its memory limits from NVML's own accounting,
 	// whatever the container did to vgpu-core (deviceplugin/memguard).
 	MemoryGuard MemoryGuard `json:"memoryGuard"`
@@ -143,6 +147,44 @@ type MemoryGuard struct {
 	// CountedProcesses caps how many processes of a pod on a card earn the allowance.
 	CountedProcesses int `json:"countedProcesses"`
 }
+
+// ContextReserve is the CUDA context footprint by card model.
+type ContextReserve struct {
+	// Default applies to a model no entry of Models matches.
+	Default resource.Quantity `json:"default"`
+	// Models are tried in order; the first whose Match is in the card's model name (NVML's,
+	// case-insensitive) wins.
+	Models []ModelReserve `json:"models,omitempty"`
+}
+
+// ModelReserve is one card model's context footprint.
+type ModelReserve struct {
+	Match   string            `json:"match"`
+	Reserve resource.Quantity `json:"reserve"`
+}
+
+// MiB returns the reserve for a card model, in MiB (rounded up).
+func (c ContextReserve) MiB(model string) int64 {
+	q := c.Default
+	lower := strings.ToLower(model)
+	for _, m := range c.Models {
+		if m.Match != "" && strings.Contains(lower, strings.ToLower(m.Match)) {
+			q = m.Reserve
+			break
+		}
+	}
+	return (q.Value() + (1<<20 - 1)) >> 20
+}
+
+// DefaultContextReserve is what was measured (an H100 80GB HBM3, driver 580, CUDA 13: 518
+// MiB per context) and, for every other model, the same figure rounded up: not measured.
+func DefaultContextReserve() ContextReserve {
+	return ContextReserve{Default: resource.MustParse("520Mi"),
+		Models: []ModelReserve{{Match: "H100", Reserve: resource.MustParse("518Mi")}}}
+}
+
+// MaxContextReserve bounds every reserve: no CUDA context takes more.
+const MaxContextReserve = 4 << 30
 
 // Memory guard modes.
 const (
@@ -199,6 +241,7 @@ func Default() *Config {
 		CDICardKind:         "nvidia.com/gpu",
 		CDISpecDir:          "/var/run/cdi",
 		SlotTopology:        SlotTopologyNone,
+		ContextReserve:      DefaultContextReserve(),
 		MemoryGuard: MemoryGuard{Mode: MemoryGuardEnforce, Interval: d(5 * time.Second), OverChecks: 2,
 			ContextAllowance: resource.MustParse("768Mi"), CountedProcesses: 4},
 	}
@@ -278,6 +321,20 @@ func (c *Config) Validate() error {
 	if ns, name, ok := strings.Cut(c.AssignmentKeys, "/"); c.AssignmentKeys != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 		bad("assignmentKeys", "%q, want namespace/name of the scheduler's key ConfigMap, or empty", c.AssignmentKeys)
 	}
+	for i, q := range append([]resource.Quantity{c.ContextReserve.Default}, modelReserves(c.ContextReserve.Models)...) {
+		field := "contextReserve.default"
+		if i > 0 {
+			field = fmt.Sprintf("contextReserve.models[%d].reserve", i-1)
+		}
+		if v := q.Value(); v < 0 || v > MaxContextReserve {
+			bad(field, "%s, want 0..4Gi", q.String())
+		}
+	}
+	for i, m := range c.ContextReserve.Models {
+		if strings.TrimSpace(m.Match) == "" {
+			bad(fmt.Sprintf("contextReserve.models[%d].match", i), "empty: it would match every card")
+		}
+	}
 	switch c.MemoryGuard.Mode {
 	case MemoryGuardOff, MemoryGuardReport, MemoryGuardEnforce:
 	default:
@@ -301,4 +358,12 @@ func (c *Config) Validate() error {
 		bad("health.recoverAfter", "%v is negative", c.Health.RecoverAfter.Duration)
 	}
 	return errors.Join(errs...)
+}
+
+func modelReserves(ms []ModelReserve) []resource.Quantity {
+	out := make([]resource.Quantity, len(ms))
+	for i, m := range ms {
+		out[i] = m.Reserve
+	}
+	return out
 }

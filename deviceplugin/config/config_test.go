@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -174,5 +175,36 @@ func TestCardHandoffAndSlotTopologyComeFromEverySource(t *testing.T) {
 	}
 	if c.CardHandoff != HandoffBoth || c.CDICardKind != "k8s.device-plugin.nvidia.com/gpu" || c.CDISpecDir != "/etc/cdi" || c.SlotTopology != SlotTopologyNUMA {
 		t.Errorf("got handoff %q kind %q dir %q topology %q", c.CardHandoff, c.CDICardKind, c.CDISpecDir, c.SlotTopology)
+	}
+}
+
+// A card's CUDA context reserve comes from the first model entry its name contains, else
+// the default, rounded up to MiB.
+func TestContextReserveByModel(t *testing.T) {
+	r := ContextReserve{Default: resource.MustParse("520Mi"), Models: []ModelReserve{
+		{Match: "H100", Reserve: resource.MustParse("518Mi")}, {Match: "a100", Reserve: resource.MustParse("400Mi")},
+		{Match: "A100-SXM4-80GB", Reserve: resource.MustParse("1Gi")}, {Match: "L4", Reserve: resource.MustParse("300000Ki")}}}
+	for model, want := range map[string]int64{
+		"NVIDIA H100 80GB HBM3":   518,
+		"NVIDIA A100-SXM4-80GB":   400, // the first match wins
+		"NVIDIA L40S":             293, // "L4" is in "L40S": entries are tried in order, so put longer names first
+		"NVIDIA GeForce RTX 4090": 520,
+		"":                        520,
+	} {
+		if got := r.MiB(model); got != want {
+			t.Errorf("MiB(%q) = %d, want %d", model, got, want)
+		}
+	}
+	if got := DefaultContextReserve().MiB("NVIDIA H100 PCIe"); got != 518 {
+		t.Errorf("default table: H100 %d MiB, want the measured 518", got)
+	}
+}
+
+func TestContextReserveIsBounded(t *testing.T) {
+	_, err := Load([]string{"--config", writeFile(t, "version: v1\nnodeName: n\ncontextReserve:\n  default: 5Gi\n  models:\n  - {match: \"\", reserve: 1Mi}\n  - {match: A30, reserve: -1Mi}\n")}, env(nil))
+	for _, want := range []string{"contextReserve.default: 5Gi, want 0..4Gi", "contextReserve.models[0].match: empty", "contextReserve.models[1].reserve: -1Mi"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to name %q", err, want)
+		}
 	}
 }

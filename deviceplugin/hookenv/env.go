@@ -33,6 +33,9 @@ type Container struct {
 	Handoff string
 	// CardKind is the CDI kind that names the cards by UUID (nvidia.com/gpu).
 	CardKind string
+	// ContextReserveMiB is a card's CUDA context footprint (config.ContextReserve for its
+	// model); nil or 0 counts none.
+	ContextReserveMiB func(uuid string) int64
 }
 
 // VoidDevices is NVIDIA_VISIBLE_DEVICES in cdi mode: it tells an NVIDIA container
@@ -50,7 +53,7 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 		mem[i] = strconv.FormatInt(card.MemoryMiB, 10)
 		sm[i] = strconv.Itoa(SMLimit(card.Cores))
 	}
-	return [][2]string{
+	kv := [][2]string{
 		{api.EnvVisibleUUIDs, strings.Join(uuids, ",")},
 		{api.EnvMemoryLimitMiB, strings.Join(mem, ",")},
 		{api.EnvSMLimit, strings.Join(sm, ",")},
@@ -58,6 +61,23 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 		{api.EnvSharedRegion, RegionPath},
 		{api.EnvLogLevel, c.LogLevel},
 	}
+	if r := c.contextReserve(rec); r > 0 {
+		kv = append(kv, [2]string{api.EnvContextReserveMiB, strconv.FormatInt(r, 10)})
+	}
+	return kv
+}
+
+// contextReserve is the container's context footprint: vgpu-core takes one figure, so the
+// largest of its cards'.
+func (c *Container) contextReserve(rec *records.Record) int64 {
+	if c.ContextReserveMiB == nil {
+		return 0
+	}
+	var r int64
+	for _, card := range rec.Cards {
+		r = max(r, c.ContextReserveMiB(card.UUID))
+	}
+	return r
 }
 
 // Where a container finds its two files (vgpu-core's fixed paths).

@@ -163,3 +163,17 @@ func TestHookSpecIsAValidCDISpecThatPreloadsTheLibrary(t *testing.T) {
 		})
 	}
 }
+
+// The container's limits file counts a CUDA context's footprint inside its memory limit:
+// one figure, its cards' largest; none when the agent gives no reserve.
+func TestTheLimitsFileCarriesTheCardsContextReserve(t *testing.T) {
+	rec := &records.Record{QoS: api.QoSFixedShare, Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 4096, Cores: 30}, {UUID: "GPU-b", MemoryMiB: 4096, Cores: 30}}}
+	c := &Container{LogLevel: "warn", ContextReserveMiB: func(uuid string) int64 { return map[string]int64{"GPU-a": 518, "GPU-b": 600}[uuid] }}
+	if f := c.LimitsFile(rec); !strings.Contains(f, api.EnvContextReserveMiB+"=600\n") {
+		t.Errorf("limits file:\n%s\nwant %s=600 (the larger card's)", f, api.EnvContextReserveMiB)
+	}
+	c.ContextReserveMiB = nil
+	if f := c.LimitsFile(rec); strings.Contains(f, api.EnvContextReserveMiB) {
+		t.Errorf("limits file without a reserve names one:\n%s", f)
+	}
+}

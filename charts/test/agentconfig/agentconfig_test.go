@@ -100,3 +100,18 @@ func TestTheMemoryGuardIsOnAndConfigurable(t *testing.T) {
 		t.Errorf("mode kill: %v, want a schema error naming mode", err)
 	}
 }
+
+// The context reserve table reaches the agent as the chart lists it.
+func TestTheContextReserveTableReachesTheAgent(t *testing.T) {
+	cfg := agentConfig(t, charttest.MustRender(t, ""))
+	if h, a := cfg.ContextReserve.MiB("NVIDIA H100 80GB HBM3"), cfg.ContextReserve.MiB("NVIDIA A100-SXM4-40GB"); h != 518 || a != 520 {
+		t.Errorf("rendered reserves: H100 %d, A100 %d MiB, want 518 and 520", h, a)
+	}
+	r, err := charttest.RenderValues(t, "devicePlugin:\n  config:\n    contextReserve: {default: 0Mi, models: [{match: A100, reserve: 410Mi}]}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := agentConfig(t, r); c.ContextReserve.MiB("NVIDIA A100-SXM4-40GB") != 410 || c.ContextReserve.MiB("NVIDIA L4") != 0 {
+		t.Errorf("custom reserves: %+v", c.ContextReserve)
+	}
+}
