@@ -61,12 +61,6 @@ func (c *decodeCache[T]) sweep() {
 	c.period++
 }
 
-func (c *decodeCache[T]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
-
 // Decoders read the contract off Nodes and Pods, memoising each annotation codec: a
 // scheduler reads every node and running pod every session, and they change rarely.
 // One scheduler process owns one Decoders and calls Sweep once per session; a nil
@@ -88,14 +82,6 @@ func (d *Decoders) Sweep() {
 	d.assignments.sweep()
 	d.volcanoCards.sweep()
 	d.registrations.sweep()
-}
-
-// Cached is how many decoded annotations the memo holds.
-func (d *Decoders) Cached() int {
-	if d == nil {
-		return 0
-	}
-	return d.inventories.len() + d.assignments.len() + d.volcanoCards.len() + d.registrations.len()
 }
 
 // cached decodes s through c, or directly when the decoders are nil.

@@ -145,3 +145,10 @@ func BenchmarkDecodeCacheSessions(b *testing.B) {
 		})
 	}
 }
+
+// len is how many decoded values the cache holds.
+func (c *decodeCache[T]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

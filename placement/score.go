@@ -13,13 +13,9 @@ func utilisation(c *CardState, used Usage, mem int64, cores int) float64 {
 	return min(1, (m+k)/2)
 }
 
-// CardScore rates placing (mem, cores) on card c, 0..100. Binpack prefers the card
-// that ends up fullest, keeping other cards whole for large requests; spread prefers
-// the emptiest, keeping tenants apart.
-func CardScore(c *CardState, mem int64, cores int, p api.Policy) float64 {
-	return cardScore(c, c.Used, mem, cores, p)
-}
-
+// cardScore rates placing (mem, cores) on card c beside usage used, 0..100. Binpack
+// prefers the card that ends up fullest, keeping other cards whole for large
+// requests; spread prefers the emptiest, keeping tenants apart.
 func cardScore(c *CardState, used Usage, mem int64, cores int, p api.Policy) float64 {
 	u := utilisation(c, used, mem, cores)
 	if p == api.PolicySpread {
@@ -28,11 +24,8 @@ func cardScore(c *CardState, used Usage, mem int64, cores int, p api.Policy) flo
 	return 100 * u
 }
 
-// NodeScore rates a node as it stands, 0..100, from the mean utilisation of its
-// healthy cards: binpack favours full nodes, spread empty ones.
-func NodeScore(n *Node, p api.Policy) float64 { return nodeScore(n, nil, p) }
-
-// nodeScore is NodeScore with extra usage on top of the node's.
+// nodeScore rates a node with extra usage on top of its own, 0..100, from the mean
+// utilisation of its healthy cards: binpack favours full nodes, spread empty ones.
 func nodeScore(n *Node, extra []Usage, p api.Policy) float64 {
 	var sum float64
 	var k int

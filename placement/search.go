@@ -170,27 +170,11 @@ func (s *search) bound(from, need int) float64 {
 	var top [maxTopologyCards]float64 // the need largest, descending
 	n := 0
 	for q := from; q < s.m; q++ {
-		if s.fixed[q] {
-			continue
+		if !s.fixed[q] {
+			n = keepLargest(&top, n, need, s.unary[q]+s.c*(s.conn[q]+float64(need-1)*s.maxRow[q]/2))
 		}
-		ub := s.unary[q] + s.c*(s.conn[q]+float64(need-1)*s.maxRow[q]/2)
-		if n == need && ub <= top[n-1] {
-			continue
-		}
-		if n < need {
-			n++
-		}
-		i := n - 1
-		for ; i > 0 && top[i-1] < ub; i-- {
-			top[i] = top[i-1]
-		}
-		top[i] = ub
 	}
-	var sum float64
-	for _, v := range top[:n] {
-		sum += v
-	}
-	return sum
+	return sumOf(top[:n])
 }
 
 // descend is the heuristic for sets too many to enumerate: from every seed card,

@@ -130,25 +130,37 @@ func (t *topology) peerGrade(n *Node, c, peers int) float64 {
 	var best [maxTopologyCards]float64 // descending
 	got := 0
 	for j := range n.Cards {
-		if j == c || n.Cards[j].Used.Tenants > 0 || !n.Cards[j].Healthy {
-			continue
+		if j != c && n.Cards[j].Used.Tenants == 0 && n.Cards[j].Healthy {
+			got = keepLargest(&best, got, peers, linkGrade(float64(t.link[c*t.n+j])))
 		}
-		g := linkGrade(float64(t.link[c*t.n+j]))
-		if got == peers && g <= best[got-1] {
-			continue
-		}
-		if got < peers {
-			got++
-		}
-		i := got - 1
-		for ; i > 0 && best[i-1] < g; i-- {
-			best[i] = best[i-1]
-		}
-		best[i] = g
 	}
-	var sum float64
-	for _, g := range best[:got] {
-		sum += g
+	return 100 * sumOf(best[:got]) / float64(peers)
+}
+
+// keepLargest offers x to top[:n], the largest values offered so far in descending
+// order, keeping at most k (k ≥ 1) of them, and returns how many it keeps. The
+// arrays are fixed so that the hot paths that need them (peerGrade, the search's
+// bound) allocate nothing, and n stays in a register.
+func keepLargest(top *[maxTopologyCards]float64, n, k int, x float64) int {
+	if n == k && x <= top[n-1] {
+		return n
 	}
-	return 100 * sum / float64(peers)
+	if n < k {
+		n++
+	}
+	i := n - 1
+	for ; i > 0 && top[i-1] < x; i-- {
+		top[i] = top[i-1]
+	}
+	top[i] = x
+	return n
+}
+
+// sumOf adds up vs.
+func sumOf(vs []float64) float64 {
+	var total float64
+	for _, v := range vs {
+		total += v
+	}
+	return total
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -304,4 +305,31 @@ func tiledLinks(inv, other *api.NodeInventory) *api.NodeInventory {
 		}
 	}
 	return inv
+}
+
+// keepLargest keeps the k largest values whatever order they come in, ties and all.
+func TestKeepLargestKeepsTheLargest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		k       int
+		offered []float64
+		want    []float64
+	}{
+		{"fewer offered than k", 3, []float64{2, 1}, []float64{2, 1}},
+		{"ascending", 2, []float64{1, 2, 3, 4}, []float64{4, 3}},
+		{"descending", 2, []float64{4, 3, 2, 1}, []float64{4, 3}},
+		{"ties keep their count", 3, []float64{5, 5, 1, 5, 5}, []float64{5, 5, 5}},
+		{"negatives", 1, []float64{-3, -1, -2}, []float64{-1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var top [maxTopologyCards]float64
+			n := 0
+			for _, x := range tc.offered {
+				n = keepLargest(&top, n, tc.k, x)
+			}
+			if !slices.Equal(top[:n], tc.want) {
+				t.Fatalf("the %d largest of %v: %v, want %v", tc.k, tc.offered, top[:n], tc.want)
+			}
+		})
+	}
 }

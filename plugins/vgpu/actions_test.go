@@ -130,11 +130,11 @@ func TestAssignmentForAnotherNodeIsIgnored(t *testing.T) {
 		Queues:    queues(),
 	}
 	testSched = NewScheduler()
-	testSched.store.put(moved.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n2", QoS: api.QoSFixedShare,
+	testSched.inFlight.Put(moved.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n2", QoS: api.QoSFixedShare,
 		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n2-0", MemoryMiB: 12000, Cores: 30}}}}},
 		time.Now())
 	_, p := open(t, tc, tiers(true, nil))
-	if _, kept := testSched.store.get(moved.UID); !kept {
+	if _, kept := testSched.inFlight.Get(moved.UID); !kept {
 		t.Error("the in-flight assignment was dropped although the pod's own names another node")
 	}
 	if mem, _, _ := usedCards(p, "n1"); mem != 0 {
@@ -158,9 +158,8 @@ func TestDiscardedEvictionLeavesTheQueueShareAsItWas(t *testing.T) {
 	ssn, p := open(t, tc, tiers(true, nil))
 	snapshot := func() string {
 		var out string
-		for _, id := range p.shares.order {
-			q := p.shares.queues[id]
-			out += fmt.Sprintf("%s: allocated %s, request %s, deserved %s; ", q.name, q.allocated, q.request, q.deserved)
+		for _, q := range p.shares.Standings() {
+			out += fmt.Sprintf("%s: allocated %s, request %s, deserved %s; ", q.Name, q.Allocated, q.Requested, q.Deserved)
 		}
 		return out
 	}

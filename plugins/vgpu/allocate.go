@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
 )
 
 // onAllocate books the task's cards and writes the assignment on the session's copy
@@ -35,14 +36,14 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		return
 	}
 	ref := klog.KRef(task.Namespace, task.Name)
-	if tr.err != nil {
+	if tr.Err != nil {
 		// Only an action that skips the predicates gets here: never bind without cards.
-		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, ref, tr.err)
+		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, ref, tr.Err)
 		return
 	}
 	defer p.metrics.timed("allocate", time.Now())
 	original := task.Pod
-	containers, err := p.ledger.book(task.UID, task.NodeName, tr.req, original)
+	containers, err := p.ledger.Book(task.UID, task.NodeName, tr.Req, original)
 	if err != nil {
 		e.Err = fmt.Errorf("%s: task %s: %w", PluginName, ref, err)
 		var ferr *placement.FitError
@@ -54,10 +55,10 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		return
 	}
 	node := task.NodeName
-	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, QoS: tr.req.Options.QoS, Containers: containers}
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, QoS: tr.Req.Options.QoS, Containers: containers}
 	encoded, err := api.EncodeAssignment(a)
 	if err != nil {
-		p.ledger.release(task.UID)
+		p.ledger.Release(task.UID)
 		e.Err = fmt.Errorf("%s: encoding the assignment of task %s: %w", PluginName, ref, err)
 		klog.ErrorS(e.Err, "Refusing the allocation")
 		return
@@ -82,7 +83,7 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	if p.signer != nil {
 		key, ok := p.signer.Key()
 		if !ok {
-			p.ledger.release(task.UID)
+			p.ledger.Release(task.UID)
 			e.Err = fmt.Errorf("%s: task %s: no assignment signing key has been read yet; the node agents would refuse an unsigned assignment", PluginName, ref)
 			klog.ErrorS(e.Err, "Refusing the allocation")
 			return
@@ -90,33 +91,69 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 		pod.Annotations[api.AnnotationAssignmentSignature] = key.SignPod(pod, node)
 	}
 	task.Pod = pod
-	p.store.put(types.UID(task.UID), a, now)
+	p.inFlight.Put(types.UID(task.UID), a, now)
 	p.metrics.placed(original.CreationTimestamp.Time, now)
 	klog.V(4).InfoS("vGPU cards assigned", "task", ref, "node", node, "assignment", encoded)
+}
+
+// onPipeline refuses to pipeline a vGPU task onto a node whose cards will not take it
+// once the pods being evicted there are gone (Volcano pipelines when CPU, memory and
+// slots fit, cards unseen); a refused pipeline is rolled back by Volcano. An accepted
+// one keeps its cards in view for the other pipelines of the session.
+func (p *vgpuPlugin) onPipeline(e *framework.Event) {
+	task := e.Task
+	tr := p.request(task)
+	if tr == nil || p.ssn == nil {
+		return
+	}
+	ref := klog.KRef(task.Namespace, task.Name)
+	if tr.Err != nil {
+		e.Err = fmt.Errorf("%s: task %s has no valid vGPU request: %w", PluginName, ref, tr.Err)
+		return
+	}
+	node, ok := p.ssn.Nodes[task.NodeName]
+	if !ok {
+		e.Err = fmt.Errorf("%s: task %s pipelined to unknown node %s", PluginName, ref, task.NodeName)
+		return
+	}
+	n := p.futureNode(node)
+	if n == nil {
+		e.Err = fmt.Errorf("%s: task %s pipelined to node %s, which has no usable vGPU inventory", PluginName, ref, task.NodeName)
+		return
+	}
+	fit, ferr := placement.FitPod(n, tr.Req)
+	if ferr != nil {
+		e.Err = fmt.Errorf("%s: task %s will not fit the cards of node %s even once its evicted pods are gone: %w", PluginName,
+			ref, task.NodeName, ferr)
+		klog.V(3).InfoS("Refusing to pipeline a vGPU task", "err", e.Err)
+		p.metrics.pipelinesRefused.Inc()
+		return
+	}
+	p.pipelined.Add(task.UID, book.PipelinedFit{Node: task.NodeName, Containers: fit.Containers, QoS: tr.Req.Options.QoS})
 }
 
 // onDeallocate gives back the cards of an allocation that is rolled back.
 func (p *vgpuPlugin) onDeallocate(e *framework.Event) {
 	task := e.Task
 	p.touched(task)
-	p.unpipeline(task.UID)
+	p.pipelined.Remove(task.UID)
 	if task.Status == vapi.Releasing {
 		// An evicted pod holds its cards until it is gone; a later session sees that.
 		return
 	}
-	b, ok := p.ledger.release(task.UID)
+	b, ok := p.ledger.Release(task.UID)
 	if !ok {
 		return
 	}
-	task.Pod = b.original
-	p.store.delete(types.UID(task.UID))
-	klog.V(4).InfoS("vGPU cards released", "task", klog.KRef(task.Namespace, task.Name), "node", b.node)
+	task.Pod = b.Original
+	p.inFlight.Delete(types.UID(task.UID))
+	klog.V(4).InfoS("vGPU cards released", "task", klog.KRef(task.Namespace, task.Name), "node", b.Node)
 }
 
 // touched marks the node of a vGPU task whose state changed, so that preempt and
 // reclaim look at the node's tasks again.
 func (p *vgpuPlugin) touched(task *vapi.TaskInfo) {
 	if p.ledger != nil && task.NodeName != "" && p.request(task) != nil {
-		p.ledger.touch(task.NodeName)
+		p.ledger.Touch(task.NodeName)
 	}
 }

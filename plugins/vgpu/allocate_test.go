@@ -61,8 +61,8 @@ func TestAllocationThatCannotBookCardsIsRolledBack(t *testing.T) {
 			if task.NodeName != "" || task.Status != vapi.Pending {
 				t.Fatalf("after the rollback the task is %s on %q, want Pending on no node", task.Status, task.NodeName)
 			}
-			if len(p.ledger.booked) != 0 || testSched.store.len() != 0 {
-				t.Fatalf("the ledger holds %d bookings and the store %d assignments, want none", len(p.ledger.booked), testSched.store.len())
+			if booked(p) != 0 || testSched.inFlight.Len() != 0 {
+				t.Fatalf("the ledger holds %d bookings and the store %d assignments, want none", booked(p), testSched.inFlight.Len())
 			}
 			if mem, cores, _ := usedCards(p, "small"); mem != 0 || cores != 0 {
 				t.Fatalf("node small has %d MiB and %d cores booked after the rollback", mem, cores)
@@ -122,8 +122,8 @@ func TestAssignmentsAreSignedForThePodAndNodeOrNotMadeWithoutAKey(t *testing.T) 
 		tc.Run([]framework.Action{allocate.New()})
 		got := taskAssignments(t, ssn)
 		if !hasKey {
-			if len(got) != 0 || len(p.ledger.booked) != 0 {
-				t.Fatalf("without a key: %d assignments and %d bookings, want none", len(got), len(p.ledger.booked))
+			if len(got) != 0 || booked(p) != 0 {
+				t.Fatalf("without a key: %d assignments and %d bookings, want none", len(got), booked(p))
 			}
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
 )
 
 // A session must not book cards on a node while Volcano's cache lacks some of the
@@ -51,7 +53,7 @@ func (p *vgpuPlugin) holdsCards(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return false
 	}
-	return hasAssignment(pod) && p.args.Resources.HasVGPURequest(pod)
+	return book.HasAssignment(pod) && p.args.Resources.HasVGPURequest(pod)
 }
 
 // findCacheGaps compares the bound pods the API server holds (pods) with the

@@ -165,7 +165,7 @@ func TestNodeWithPodsNotYetInTheCacheTakesNoVGPUTask(t *testing.T) {
 	if a := placed["new"]; a != nil {
 		t.Fatalf("the new pod got %+v on a card whose running pod the cache had not loaded: double-booked", a)
 	}
-	if why := p.ledger.unusable["n1"]; !strings.Contains(why, "does not hold 1 of the node's running vGPU pods") {
+	if _, why := p.ledger.Answer("n1", 0, nil); !strings.Contains(why, "does not hold 1 of the node's running vGPU pods") {
 		t.Errorf("n1's reason = %q, want the cache gap", why)
 	}
 	if p.cacheMissing != 1 {
@@ -202,8 +202,8 @@ func TestCaughtUpCacheIsNoGap(t *testing.T) {
 	if placed["new"] != nil {
 		t.Fatal("the new pod was placed on a full card")
 	}
-	if p.cacheMissing != 0 || len(p.ledger.unusable) != 0 {
-		t.Errorf("cacheMissing = %d, unusable = %v; the cache holds every pod", p.cacheMissing, p.ledger.unusable)
+	if _, unusable, _ := p.ledger.Counts(); p.cacheMissing != 0 || unusable != 0 {
+		t.Errorf("cacheMissing = %d, unusable nodes = %d; the cache holds every pod", p.cacheMissing, unusable)
 	}
 	if mem, _, _ := usedCards(p, "n1"); mem != 30000 {
 		t.Errorf("n1 holds %d MiB, want the running pod's 30000", mem)
@@ -232,7 +232,7 @@ func TestLoadingCacheEvictsNothingAndRefusesNoGang(t *testing.T) {
 		t.Errorf("jobValid = %+v, want nil while the cache loads", res)
 	}
 	victim := vapi.NewTaskInfo(runningOn("victim", "n1", api.QoSFixedShare, "GPU-n1-0"))
-	if set, vote := p.victims(nil, vapi.NewTaskInfo(vgpuPod("evictor", "pg-e", 1, 1000, 10, nil)), []*vapi.TaskInfo{victim}); len(set) != 0 || vote != vutil.Permit {
+	if set, vote := p.victims(vapi.NewTaskInfo(vgpuPod("evictor", "pg-e", 1, 1000, 10, nil)), []*vapi.TaskInfo{victim}); len(set) != 0 || vote != vutil.Permit {
 		t.Errorf("victims = %v, %d; want none, Permit", set, vote)
 	}
 
@@ -288,14 +288,14 @@ func TestJobSittingOutKeepsItsInFlightAssignment(t *testing.T) {
 	flying.Status.Phase = corev1.PodRunning
 	r := lagging(t, true, false, func(sc *cache.SchedulerCache) {
 		sc.AddPod(flying)
-		testSched.store.put(flying.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n1", QoS: api.QoSFixedShare,
+		testSched.inFlight.Put(flying.UID, &api.PodAssignment{Version: api.AssignmentVersion, Node: "n1", QoS: api.QoSFixedShare,
 			Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n1-0", MemoryMiB: 8000, Cores: 20}}}}},
 			time.Now())
 	})
 	if r.jobs["ns/pg-running"] {
 		t.Fatal("the job lacking its running pod did not sit the session out")
 	}
-	if _, kept := testSched.store.get(flying.UID); !kept {
+	if _, kept := testSched.inFlight.Get(flying.UID); !kept {
 		t.Error("the in-flight assignment of a member of a job sitting out was dropped")
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/placement"
 )
 
 // evictTiers puts vgpu in the first tier, beside priority, gang and conformance: Volcano
@@ -329,38 +328,6 @@ func TestShippedActionsReclaimForALateQueue(t *testing.T) {
 		if job.Name == "pg-late" && len(job.TaskStatusIndex[vapi.Pipelined]) != 1 {
 			t.Fatalf("%d of late's tasks pipelined, want the one its eviction made room for", len(job.TaskStatusIndex[vapi.Pipelined]))
 		}
-	}
-}
-
-// TestEvictionAnswerIsForgottenWhenTheNodeChanges: the per-node memo of "would the
-// task fit once these victims are gone" answers only the same question about the same
-// state of the node.
-func TestEvictionAnswerIsForgottenWhenTheNodeChanges(t *testing.T) {
-	l := newLedger()
-	l.addNode(placement.NewNode("n1", &api.NodeInventory{Version: api.InventoryVersion}, 1))
-	key := evictKey{request: 1, victims: 42, count: 2}
-	if _, ok, _ := l.evictAnswer("n1", key); ok {
-		t.Fatal("an empty memo answered")
-	}
-	_, _, v := l.evictAnswer("n1", key)
-	l.rememberEvict("n1", key, v, evictHelps)
-	if answer, ok, _ := l.evictAnswer("n1", key); !ok || answer != evictHelps {
-		t.Fatalf("the memo forgot its answer: %v, ok %v", answer, ok)
-	}
-	for name, other := range map[string]evictKey{
-		"another request":    {request: 2, victims: 42, count: 2},
-		"another victim set": {request: 1, victims: 7, count: 2},
-	} {
-		if _, ok, _ := l.evictAnswer("n1", other); ok {
-			t.Errorf("the memo answered for %s", name)
-		}
-	}
-	l.entries["n1"].version++
-	if _, ok, _ := l.evictAnswer("n1", key); ok {
-		t.Error("the memo answered after the node's bookings changed")
-	}
-	if _, ok, _ := l.evictAnswer("n2", key); ok {
-		t.Error("the memo answered for a node it does not know")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/cmd/scheduler/app/options"
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/plugins"
@@ -20,6 +21,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
 func TestMain(m *testing.M) {
@@ -127,4 +129,20 @@ func builders(captured **vgpuPlugin) map[string]framework.PluginBuilder {
 			return p
 		},
 	}
+}
+
+// booked is how many tasks the session booked cards for.
+func booked(p *vgpuPlugin) int {
+	_, _, n := p.ledger.Counts()
+	return n
+}
+
+// requested is what a queue's vGPU tasks ask of the cards, by the queue share.
+func requested(p *vgpuPlugin, queue vapi.QueueID) fairshare.Amount {
+	for _, q := range p.shares.Standings() {
+		if q.Queue == queue {
+			return q.Requested
+		}
+	}
+	return fairshare.Amount{}
 }

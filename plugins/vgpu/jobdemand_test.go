@@ -15,7 +15,6 @@ import (
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	fakevc "volcano.sh/apis/pkg/client/clientset/versioned/fake"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
-	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
@@ -110,9 +109,9 @@ func TestUnseenMembersCountTowardTheQueueShares(t *testing.T) {
 			}
 			ssn, p := open(t, tc, tiers(true, nil))
 			lateAsk := 0.0
-			for _, q := range p.shares.queues {
-				if q.name == "late" {
-					lateAsk = q.request.Cores
+			for _, q := range p.shares.Standings() {
+				if q.Name == "late" {
+					lateAsk = q.Requested.Cores
 				}
 			}
 			if lateAsk != tt.wantLateAsk {
@@ -149,7 +148,7 @@ func TestUnseenMembersAreTheMissingOnes(t *testing.T) {
 			t.Errorf("job %s: %d unseen vGPU members, want %d", job.Name, got, want)
 		}
 	}
-	if got := p.shares.queues[vapi.QueueID("q1")].request.Cores; got != 100 {
+	if got := requested(p, "q1").Cores; got != 100 {
 		t.Errorf("queue q1 asks for %v card cores, want 100 (two pods and two missing members of 25)", got)
 	}
 }

@@ -7,10 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	vapi "volcano.sh/volcano/pkg/scheduler/api"
-	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/placement"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
 
 // metrics are the scheduler's Prometheus metrics, owned by its Scheduler and
@@ -37,6 +37,7 @@ type metrics struct {
 
 // cardSeries are the card gauges of the cards the last session saw.
 type cardSeries struct {
+	// mu guards epoch and byKey.
 	mu    sync.Mutex
 	epoch uint64
 	byKey map[cardKey]*cardGauges
@@ -133,90 +134,6 @@ func (m *metrics) placed(created, now time.Time) {
 	}
 }
 
-// Pending reasons that are not an placement.Reason.
-const (
-	pendingInvalid     = "invalid request"
-	pendingNoInventory = "no usable vGPU inventory"
-	pendingGang        = "gang does not fit"
-	pendingNotTried    = "not tried"
-	pendingQueueShare  = "queue at its share"
-)
-
-// refusals counts, per task, the reasons nodes gave in this session.
-type refusals struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (r *refusals) add(reason string) {
-	r.mu.Lock()
-	if r.counts == nil {
-		r.counts = map[string]int{}
-	}
-	r.counts[reason]++
-	r.mu.Unlock()
-}
-
-func (r *refusals) dominant() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	best, n := pendingNotTried, 0
-	for reason, c := range r.counts {
-		if c > n || c == n && reason < best {
-			best, n = reason, c
-		}
-	}
-	return best
-}
-
-func refusalOf(ferr *placement.FitError) string { return string(ferr.Dominant()) }
-
-// refusal is a fit error as the plugin reports it, under the plugin's name like
-// every reason it gives.
-func refusal(ferr *placement.FitError) string { return PluginName + ": " + ferr.Error() }
-
-// refuseGang reports why the plugin keeps a job's gang back (on the PodGroup, where
-// the gang plugin shows it) and remembers the refusal for the pending metric.
-func (p *vgpuPlugin) refuseGang(job *vapi.JobInfo, msg string) {
-	job.JobFitErrors = msg
-	p.gangsRefused.Store(job.UID, true)
-}
-
-// refusedGang reports whether the plugin kept the job's gang back this session.
-func (p *vgpuPlugin) refusedGang(job vapi.JobID) bool {
-	_, ok := p.gangsRefused.Load(job)
-	return ok
-}
-
-// publishMetrics records the session's card usage and pending vGPU tasks.
-func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
-	m := p.metrics
-	for _, v := range []*prometheus.GaugeVec{m.pending, m.queueMemory, m.queueCards} {
-		v.Reset()
-	}
-	m.publishCards(p.ledger.eachCard)
-	m.notInCache.Set(float64(p.cacheMissing))
-	if p.shares != nil {
-		p.shares.publish(m.queueMemory, m.queueCards)
-	}
-	for _, job := range ssn.Jobs {
-		for _, task := range job.TaskStatusIndex[vapi.Pending] {
-			tr := p.request(task)
-			if tr == nil {
-				continue
-			}
-			reason := tr.refused.dominant()
-			switch {
-			case tr.err != nil:
-				reason = pendingInvalid
-			case reason == pendingNotTried && p.refusedGang(job.UID):
-				reason = pendingGang
-			}
-			m.pending.WithLabelValues(reason).Inc()
-		}
-	}
-}
-
 // publishCards sets the gauges of every card each visits, and drops the series of
 // cards no longer seen (a node gone, a card replaced).
 func (m *metrics) publishCards(each func(fn func(node string, c *placement.CardState))) {
@@ -251,5 +168,16 @@ func (m *metrics) publishCards(each func(fn func(node string, c *placement.CardS
 			v.DeleteLabelValues(k.node, idx, k.uuid)
 		}
 		delete(cs.byKey, k)
+	}
+}
+
+// publishShares records every queue's share in base units: memory in bytes, cores in
+// whole cards.
+func (m *metrics) publishShares(standings []shares.Standing) {
+	for _, q := range standings {
+		for kind, a := range map[string]fairshare.Amount{"deserved": q.Deserved, "allocated": q.Allocated, "request": q.Requested} {
+			m.queueMemory.WithLabelValues(q.Name, kind).Set(a.MemoryMiB * mib)
+			m.queueCards.WithLabelValues(q.Name, kind).Set(a.Cores / 100)
+		}
 	}
 }

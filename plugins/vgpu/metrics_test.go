@@ -15,6 +15,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
 )
 
 func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
@@ -55,7 +56,7 @@ func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
 	if got := testutil.ToFloat64(m.pending.WithLabelValues("excluded by GPU type annotation")); got != 1 {
 		t.Fatalf("pending by type filter = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.pending.WithLabelValues(pendingInvalid)); got != 1 {
+	if got := testutil.ToFloat64(m.pending.WithLabelValues(book.PendingInvalid)); got != 1 {
 		t.Fatalf("pending invalid = %v, want 1", got)
 	}
 	if testutil.CollectAndCount(m.pluginSeconds) != 3 {
@@ -68,7 +69,7 @@ func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
 func TestSchedulerMetricsAreRegisteredWhereTold(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := NewSchedulerWithMetrics(reg)
-	s.metrics.pending.WithLabelValues(pendingInvalid).Set(2)
+	s.metrics.pending.WithLabelValues(book.PendingInvalid).Set(2)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
@@ -67,11 +68,13 @@ func taskAssignments(t *testing.T, ssn *framework.Session) map[string]*api.PodAs
 }
 
 func usedCards(p *vgpuPlugin, node string) (mem int64, cores, tenants int) {
-	for _, c := range p.ledger.usage(node) {
-		mem += c.Used.MemoryMiB
-		cores += c.Used.Cores
-		tenants += c.Used.Tenants
-	}
+	p.ledger.EachCard(func(on string, c *placement.CardState) {
+		if on == node {
+			mem += c.Used.MemoryMiB
+			cores += c.Used.Cores
+			tenants += c.Used.Tenants
+		}
+	})
 	return
 }
 
@@ -98,8 +101,8 @@ func TestGangOfFourLandsAllOrNothing(t *testing.T) {
 			seen[card.UUID] = name
 		}
 	}
-	if testSched.store.len() != 4 {
-		t.Fatalf("in-flight store holds %d assignments, want 4", testSched.store.len())
+	if testSched.inFlight.Len() != 4 {
+		t.Fatalf("in-flight store holds %d assignments, want 4", testSched.inFlight.Len())
 	}
 }
 
@@ -121,8 +124,8 @@ func TestGangThatDoesNotFitLeavesEveryCardFree(t *testing.T) {
 			t.Fatalf("node %s still books %d MiB, %d%% cores, %d tenants", n, mem, cores, tenants)
 		}
 	}
-	if testSched.store.len() != 0 {
-		t.Fatalf("in-flight store kept %d assignments of a discarded gang", testSched.store.len())
+	if testSched.inFlight.Len() != 0 {
+		t.Fatalf("in-flight store kept %d assignments of a discarded gang", testSched.inFlight.Len())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	"volcano.sh/volcano/pkg/scheduler/cache"
 	"volcano.sh/volcano/pkg/scheduler/framework"
@@ -70,23 +69,5 @@ func TestWithoutTheStoreTheSameCardIsBookedTwice(t *testing.T) {
 	_, second := backToBack(t, true)
 	if second["second"] == nil {
 		t.Fatal("expected the double booking the in-flight store prevents; the test above proves nothing")
-	}
-}
-
-func TestInFlightStoreForgetsSettledPods(t *testing.T) {
-	s := newPendingStore()
-	now := time.Now()
-	a := &api.PodAssignment{}
-	for _, uid := range []string{"gone", "unplaced", "flying", "confirmed", "old"} {
-		s.put(types.UID(uid), a, now)
-	}
-	s.entries["old"] = pendingEntry{Assignment: a, Created: now.Add(-time.Hour)}
-	views := map[string]podView{"unplaced": podUnplaced, "flying": podInFlight, "confirmed": podConfirmed, "old": podInFlight}
-	dropped := s.reconcile(func(uid types.UID) podView { return views[string(uid)] }, now, 10*time.Minute)
-	if dropped != 4 || s.len() != 1 {
-		t.Fatalf("dropped %d, kept %d; want only the in-flight, young entry kept", dropped, s.len())
-	}
-	if _, ok := s.get("flying"); !ok {
-		t.Fatal("the in-flight entry was dropped")
 	}
 }

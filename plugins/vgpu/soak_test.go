@@ -455,7 +455,7 @@ func (w *soakWorld) check() string {
 				u.whole = u.whole || card.Cores == 100
 			}
 		}
-		if e, ok := testSched.store.get(p.UID); ok && e.Node != a.Node {
+		if e, ok := testSched.inFlight.Get(p.UID); ok && e.Node != a.Node {
 			return fmt.Sprintf("pod %s is bound on %s but the in-flight store says %s", p.Name, a.Node, e.Node)
 		}
 	}
@@ -507,16 +507,16 @@ func (w *soakWorld) pipelinedOnto(ssn *framework.Session, vp *vgpuPlugin) preemp
 				pr.landed[q] = map[string]bool{}
 			}
 			pr.landed[q][t.NodeName] = true
-			fit, ok := vp.pipelined.get(t.UID)
+			fit, ok := vp.pipelined.Get(t.UID)
 			if !ok {
 				w.t.Fatalf("vGPU task %s was pipelined onto %s without the plugin choosing its cards", t.Name, t.NodeName)
 			}
-			if pr.cards[fit.node] == nil {
-				pr.cards[fit.node] = map[string]bool{}
+			if pr.cards[fit.Node] == nil {
+				pr.cards[fit.Node] = map[string]bool{}
 			}
-			for _, c := range fit.containers {
+			for _, c := range fit.Containers {
 				for _, card := range c.Cards {
-					pr.cards[fit.node][card.UUID] = true
+					pr.cards[fit.Node][card.UUID] = true
 				}
 			}
 		}

@@ -1,76 +1,13 @@
 #include "memory.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "../common/log.h"
 #include "../process/state.h"
+#include "mem_table.h"
 
 /* What may give memory back before a reservation is refused (tessera_mem_set_reclaimer). */
 static bool (*_Atomic reclaimer)(void);
-
-/* Open-addressing table keyed by (kind, handle), linear probing with backward-shift deletion. */
-static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct mem_record *table;
-static size_t table_cap, table_len;
-
-static size_t slot_of(uint64_t key, int32_t kind, size_t cap)
-{
-    uint64_t x = key ^ ((uint64_t)kind << 56);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x & (cap - 1);
-}
-
-static bool table_grow(void)
-{
-    size_t cap = table_cap ? table_cap * 2 : 1024;
-    struct mem_record *t = calloc(cap, sizeof *t);
-    if (!t)
-        return false;
-    for (size_t i = 0; i < table_cap; i++) {
-        if (!table[i].kind)
-            continue;
-        size_t j = slot_of(table[i].key, table[i].kind, cap);
-        while (t[j].kind)
-            j = (j + 1) & (cap - 1);
-        t[j] = table[i];
-    }
-    free(table);
-    table = t;
-    table_cap = cap;
-    return true;
-}
-
-static size_t table_find(uint64_t key, int32_t kind)
-{
-    if (!table_cap)
-        return SIZE_MAX;
-    for (size_t j = slot_of(key, kind, table_cap);; j = (j + 1) & (table_cap - 1)) {
-        if (!table[j].kind)
-            return SIZE_MAX;
-        if (table[j].kind == kind && table[j].key == key)
-            return j;
-    }
-}
-
-static void table_delete(size_t i)
-{
-    /* Backward shift keeps probe chains intact without tombstones. */
-    size_t mask = table_cap - 1;
-    for (size_t j = (i + 1) & mask; table[j].kind; j = (j + 1) & mask) {
-        size_t home = slot_of(table[j].key, table[j].kind, table_cap);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            table[i] = table[j];
-            i = j;
-        }
-    }
-    memset(&table[i], 0, sizeof table[i]);
-    table_len--;
-}
 
 bool tessera_mem_limited(int card)
 {
@@ -165,45 +102,26 @@ void tessera_mem_track(enum mem_kind kind, uint64_t key, int card, uint64_t byte
     tessera_mem_track_full(&rec);
 }
 
+/* Gives back the charge of a record leaving the table. */
+static void uncharge(const struct mem_record *r)
+{
+    region_release(tessera.region, tessera_slot(), r->card, r->bytes);
+}
+
 void tessera_mem_track_full(const struct mem_record *rec)
 {
-    pthread_mutex_lock(&table_mu);
-    size_t i = table_find(rec->key, rec->kind);
-    if (i != SIZE_MAX) {
-        /* The driver handed out a handle we still hold: its free escaped us. Keep the newer charge. */
-        region_release(tessera.region, tessera_slot(), table[i].card, table[i].bytes);
-        table_delete(i);
-    }
-    if ((table_len + 1) * 2 > table_cap && !table_grow()) {
-        pthread_mutex_unlock(&table_mu);
+    /* A record of the same handle is one whose free escaped us: put uncharges it and keeps the newer charge. */
+    if (!tessera_mem_table_put(rec, uncharge)) {
         /* Without a record we could never release it: give the charge back now instead of leaking. */
         TLOG(TLOG_ERROR, "out of host memory for the allocation table; allocation left uncounted");
-        region_release(tessera.region, tessera_slot(), rec->card, rec->bytes);
-        return;
+        uncharge(rec);
     }
-    size_t j = slot_of(rec->key, rec->kind, table_cap);
-    while (table[j].kind)
-        j = (j + 1) & (table_cap - 1);
-    table[j] = *rec;
-    table_len++;
-    pthread_mutex_unlock(&table_mu);
 }
 
 /* Releases every record for which match() holds. */
 static void release_matching(bool (*match)(const struct mem_record *, uint64_t, int), uint64_t v, int kind)
 {
-    uint64_t freed = 0;
-    pthread_mutex_lock(&table_mu);
-    for (size_t i = 0; i < table_cap;) {
-        if (table[i].kind && match(&table[i], v, kind)) {
-            region_release(tessera.region, tessera_slot(), table[i].card, table[i].bytes);
-            freed += table[i].bytes;
-            table_delete(i); /* backward shift may move another record into i: look at i again */
-        } else {
-            i++;
-        }
-    }
-    pthread_mutex_unlock(&table_mu);
+    uint64_t freed = tessera_mem_table_take_matching(match, v, kind, uncharge);
     if (freed)
         TLOG(TLOG_DEBUG, "gave back %llu bytes of a destroyed context or graph", (unsigned long long)freed);
 }
@@ -232,34 +150,12 @@ void tessera_mem_release_aux(enum mem_kind kind, uint64_t aux)
 
 bool tessera_mem_untrack(enum mem_kind kind, uint64_t key, struct mem_record *out)
 {
-    pthread_mutex_lock(&table_mu);
-    size_t i = table_find(key, kind);
-    bool found = i != SIZE_MAX;
-    if (found) {
-        *out = table[i];
-        table_delete(i);
-    }
-    pthread_mutex_unlock(&table_mu);
-    return found;
+    return tessera_mem_table_take(kind, key, out);
 }
 
 uint64_t tessera_mem_used(int card)
 {
     return tessera.region ? region_used(tessera.region, card) : 0;
-}
-
-/* A fork child owns none of the parent's allocations: it drops every record, leaving the region alone. */
-static void forget_all_after_fork(void)
-{
-    free(table);
-    table = NULL;
-    table_cap = table_len = 0;
-    pthread_mutex_init(&table_mu, NULL);
-}
-
-__attribute__((constructor)) static void register_fork_handler(void)
-{
-    pthread_atfork(NULL, NULL, forget_all_after_fork);
 }
 
 static uint64_t format_bytes(CUarray_format f)

@@ -1,4 +1,4 @@
-package vgpu
+package book
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // answers remembered by request shape (what the plugin does) and the engine run on
 // every call (answers remembered by nobody).
 //
-//	go test -run '^$' -bench GangPredicates ./plugins/vgpu
+//	go test -run '^$' -bench GangPredicates ./plugins/vgpu/book
 func BenchmarkGangPredicates(b *testing.B) {
 	shapes := []api.ContainerRequest{
 		{Name: "main", Cards: 1, MemoryMiB: 8192, Cores: 10},
@@ -36,29 +36,29 @@ func BenchmarkGangPredicates(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				l := newLedger()
+				l := NewLedger()
 				l.answers.bound = mode.shapes
 				for n := 0; n < 1000; n++ {
-					l.addNode(reasonTestNode(names[n], "A100", 8, -1))
+					l.AddNode(testNode(names[n], "A100", 8, -1))
 				}
 				var ids shapeIDs
 				b.StartTimer()
 				for job := 0; job < 8; job++ {
 					req := &placement.Request{Containers: []api.ContainerRequest{shapes[job%len(shapes)]},
 						CardPolicy: api.PolicyBinpack, NodePolicy: api.PolicyBinpack, GangSize: 8}
-					key := ids.of(shapeKey(req))
+					key := ids.Of(shapeKey(req))
 					for member := 0; member < 8; member++ {
 						best, bestScore := "", -1.0
 						for n := 0; n < 1000; n++ {
 							node := names[n]
-							if a, _ := l.answer(node, key, req); a.refused != nil {
+							if a, _ := l.Answer(node, key, req); a.Refused != nil {
 								continue
 							}
-							if s, ok := l.cachedScore(node, key, req); ok && s > bestScore {
+							if s, ok := l.CachedScore(node, key, req); ok && s > bestScore {
 								best, bestScore = node, s
 							}
 						}
-						if _, err := l.book(vapi.TaskID(fmt.Sprint(job, "-", member)), best, req, nil); err != nil {
+						if _, err := l.Book(vapi.TaskID(fmt.Sprint(job, "-", member)), best, req, nil); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -1,4 +1,4 @@
-package vgpu
+package book
 
 import (
 	"fmt"
@@ -11,38 +11,33 @@ import (
 	"github.com/tessera-gpu/tessera/placement"
 )
 
-func wholeCard() *placement.Request {
-	return &placement.Request{Containers: []api.ContainerRequest{{Name: "main", Cards: 1, MemoryPercent: 100, Cores: 100}},
-		CardPolicy: api.PolicyBinpack, NodePolicy: api.PolicyBinpack}
-}
-
 // An answer is reused only while the node is unchanged: each booking and release
 // changes what a shape gets, and the next answer must say so.
 func TestAnswersFollowEveryBookingAndRelease(t *testing.T) {
-	l := newLedger()
-	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
+	l := NewLedger()
+	l.AddNode(testNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
-	key := new(shapeIDs).of(shapeKey(req))
+	key := new(shapeIDs).Of(shapeKey(req))
 	fits := func(step string, want bool) {
 		t.Helper()
 		for i := 0; i < 2; i++ { // the second call is answered from memory
-			a, why := l.answer("gpu-a", key, req)
-			if why != "" || (a.refused == nil) != want {
-				t.Fatalf("%s (call %d): fits=%v why=%q, want fits=%v", step, i+1, a.refused == nil, why, want)
+			a, why := l.Answer("gpu-a", key, req)
+			if why != "" || (a.Refused == nil) != want {
+				t.Fatalf("%s (call %d): fits=%v why=%q, want fits=%v", step, i+1, a.Refused == nil, why, want)
 			}
-			if _, ok := l.cachedScore("gpu-a", key, req); ok != want {
-				t.Fatalf("%s: cachedScore ok=%v, want %v", step, ok, want)
+			if _, ok := l.CachedScore("gpu-a", key, req); ok != want {
+				t.Fatalf("%s: CachedScore ok=%v, want %v", step, ok, want)
 			}
 		}
 	}
 	fits("empty node", true)
 	for i, task := range []vapi.TaskID{"t1", "t2"} {
-		if _, err := l.book(task, "gpu-a", req, nil); err != nil {
+		if _, err := l.Book(task, "gpu-a", req, nil); err != nil {
 			t.Fatalf("booking %s: %v", task, err)
 		}
 		fits(fmt.Sprintf("after %d bookings", i+1), i == 0)
 	}
-	if _, ok := l.release("t1"); !ok {
+	if _, ok := l.Release("t1"); !ok {
 		t.Fatal("t1 was not booked")
 	}
 	fits("after a release", true)
@@ -50,34 +45,32 @@ func TestAnswersFollowEveryBookingAndRelease(t *testing.T) {
 
 // What is remembered is what is answered, at the node's version only.
 func TestAnAnswerIsRememberedForItsNodeVersion(t *testing.T) {
-	l := newLedger()
-	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
+	l := NewLedger()
+	l.AddNode(testNode("gpu-a", "A100", 2, -1))
 	req := wholeCard()
-	key := new(shapeIDs).of(shapeKey(req))
+	key := new(shapeIDs).Of(shapeKey(req))
 	e := l.entries["gpu-a"]
-	l.answers.remember(e, key, fitAnswer{score: 42})
-	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s != 42 {
+	l.answers.remember(&e.column, e.version, key, FitAnswer{Score: 42})
+	if s, ok := l.CachedScore("gpu-a", key, req); !ok || s != 42 {
 		t.Fatalf("remembered answer not used: score %v ok %v", s, ok)
 	}
 	e.version++
-	if s, ok := l.cachedScore("gpu-a", key, req); !ok || s == 42 {
+	if s, ok := l.CachedScore("gpu-a", key, req); !ok || s == 42 {
 		t.Fatalf("answer of an older node version reused: score %v ok %v", s, ok)
 	}
 	// An answer computed against an older version never replaces a newer one.
-	e.version--
-	l.answers.remember(e, key, fitAnswer{score: 7})
-	e.version++
-	if a, ok := l.answers.lookup(e, key); !ok || a.score == 7 {
+	l.answers.remember(&e.column, e.version-1, key, FitAnswer{Score: 7})
+	if a, ok := l.answers.lookup(&e.column, e.version, key); !ok || a.Score == 7 {
 		t.Fatalf("older answer kept: %+v %v", a, ok)
 	}
 }
 
 func TestRememberedShapesAreBounded(t *testing.T) {
-	l := newLedger()
-	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
+	l := NewLedger()
+	l.AddNode(testNode("gpu-a", "A100", 2, -1))
 	e := l.entries["gpu-a"]
 	for i := 0; i < 3*maxRememberedShapes; i++ {
-		l.answers.remember(e, shapeID(i), fitAnswer{score: 1})
+		l.answers.remember(&e.column, e.version, ShapeID(i), FitAnswer{Score: 1})
 	}
 	rows := 0
 	for _, r := range *l.answers.rows.Load() {
@@ -88,7 +81,7 @@ func TestRememberedShapesAreBounded(t *testing.T) {
 	if rows != maxRememberedShapes {
 		t.Fatalf("%d shapes remembered, bound %d", rows, maxRememberedShapes)
 	}
-	if _, ok := l.answers.lookup(e, shapeID(maxRememberedShapes)); ok {
+	if _, ok := l.answers.lookup(&e.column, e.version, ShapeID(maxRememberedShapes)); ok {
 		t.Fatal("a shape past the bound was remembered")
 	}
 }
@@ -113,12 +106,12 @@ func TestShapeKeysTellApartRequestsThatFitDifferently(t *testing.T) {
 // Volcano predicates one task on many nodes at once while node ordering reads the
 // answers: run under -race.
 func TestAnswersUnderConcurrentPredicates(t *testing.T) {
-	l := newLedger()
+	l := NewLedger()
 	for i := 0; i < 8; i++ {
-		l.addNode(reasonTestNode(fmt.Sprint("gpu-", i), "A100", 2, -1))
+		l.AddNode(testNode(fmt.Sprint("gpu-", i), "A100", 2, -1))
 	}
 	req := wholeCard()
-	key := new(shapeIDs).of(shapeKey(req))
+	key := new(shapeIDs).Of(shapeKey(req))
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -126,52 +119,44 @@ func TestAnswersUnderConcurrentPredicates(t *testing.T) {
 			defer wg.Done()
 			for r := 0; r < 50; r++ {
 				for i := 0; i < 8; i++ {
-					l.answer(fmt.Sprint("gpu-", i), key, req)
-					l.cachedScore(fmt.Sprint("gpu-", i), key, req)
+					l.Answer(fmt.Sprint("gpu-", i), key, req)
+					l.CachedScore(fmt.Sprint("gpu-", i), key, req)
 				}
 			}
 		}()
 	}
 	for r := 0; r < 20; r++ {
 		task := vapi.TaskID(fmt.Sprint("t", r))
-		if _, err := l.book(task, fmt.Sprint("gpu-", r%8), req, nil); err == nil {
-			l.release(task)
+		if _, err := l.Book(task, fmt.Sprint("gpu-", r%8), req, nil); err == nil {
+			l.Release(task)
 		}
 	}
 	wg.Wait()
 }
 
-func TestShapeIDsNumberEachKeyOnce(t *testing.T) {
-	var ids shapeIDs
-	a, b := ids.of("a"), ids.of("b")
-	if a == b || ids.of("a") != a || ids.of("b") != b {
-		t.Fatalf("ids: a=%d b=%d, again a=%d b=%d", a, b, ids.of("a"), ids.of("b"))
-	}
-}
-
 // The cluster's free capacity is kept between calls (enqueue asks it of every job)
 // and follows each booking and release; the total does not move.
 func TestFreeCapacityFollowsBookingsAndReleases(t *testing.T) {
-	l := newLedger()
-	l.addNode(reasonTestNode("gpu-a", "A100", 2, -1))
-	total, _ := l.total()
+	l := NewLedger()
+	l.AddNode(testNode("gpu-a", "A100", 2, -1))
+	total, _ := l.Total()
 	check := func(step string, wantCores int64) {
 		t.Helper()
 		for i := 0; i < 2; i++ { // the second call is answered from memory
-			if free, _ := l.free(); free.cores != wantCores {
-				t.Fatalf("%s (call %d): %d%% of card cores free, want %d%%", step, i+1, free.cores, wantCores)
+			if free, _ := l.Free(); free.Cores != wantCores {
+				t.Fatalf("%s (call %d): %d%% of card cores free, want %d%%", step, i+1, free.Cores, wantCores)
 			}
 		}
-		if now, _ := l.total(); now != total {
+		if now, _ := l.Total(); now != total {
 			t.Fatalf("%s: total %+v, was %+v", step, now, total)
 		}
 	}
 	check("empty node", 200)
-	if _, err := l.book("t1", "gpu-a", wholeCard(), nil); err != nil {
+	if _, err := l.Book("t1", "gpu-a", wholeCard(), nil); err != nil {
 		t.Fatal(err)
 	}
 	check("after a booking", 100)
-	if _, ok := l.release("t1"); !ok {
+	if _, ok := l.Release("t1"); !ok {
 		t.Fatal("t1 was not booked")
 	}
 	check("after the release", 200)

@@ -1,0 +1,172 @@
+// Package shares divides one session's card memory and compute among the queues that
+// have vGPU tasks, and holds each queue to its part. Volcano's proportion plugin
+// weighs queues by the resources it sees, and card memory and cores are not among
+// them; this does for them what proportion does for the rest (weighted max-min
+// fairness, placement/fairshare), from what the plugin tells it: the cards' supply,
+// what each queue's placed tasks hold and its pending tasks ask. It is plain Go over
+// Tessera's types and Volcano's ID and Info types, never the session object.
+//
+// Files:
+//
+//	shares.go   Shares: the queues' standing, built at session open, and the division
+//	admit.go    who may place, borrow, reclaim or be reclaimed from, and gangs beyond a queue's reach
+//	changes.go  placements, evictions and their rollbacks within the session
+//	order.go    which of two queues goes first
+package shares
+
+import (
+	"sort"
+	"sync"
+
+	vapi "volcano.sh/volcano/pkg/scheduler/api"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
+)
+
+// Shares is one session's division of the cluster's card memory and compute among
+// the queues with vGPU tasks. Tasks without vGPU requests are never looked at.
+type Shares struct {
+	// mu guards every field below but total, refMiB and names, which are fixed by
+	// New: the allocatable and predicate hooks ask on Volcano's parallel workers.
+	mu    sync.RWMutex
+	total fairshare.Amount
+	// refMiB is the mean card memory, to cost a percentage request before its
+	// card is chosen.
+	refMiB int64
+	// names are the resources whose capability and guarantee bound a queue.
+	names  api.ResourceNames
+	order  []vapi.QueueID
+	queues map[vapi.QueueID]*queue
+	// charged is what each placed task counts for in its queue.
+	charged map[vapi.TaskID]charge
+	// evicted holds the charges of tasks evicted in this session, so that a
+	// discarded eviction (preempt or reclaim rolling a statement back) restores
+	// exactly what the task held.
+	evicted map[vapi.TaskID]charge
+}
+
+// queue is one queue's standing.
+type queue struct {
+	name       string
+	weight     int32
+	capability fairshare.Amount
+	// guarantee is the card memory and cores the queue deserves whatever its weight
+	// (its Queue's spec.guarantee.resource), as far as it asks for them.
+	guarantee fairshare.Amount
+	request   fairshare.Amount
+	allocated fairshare.Amount
+	deserved  fairshare.Amount
+	// minAsk is the cost of the queue's smallest pending vGPU task at session open
+	// (zero when none is pending): a share smaller than it cannot be used.
+	minAsk fairshare.Amount
+}
+
+// charge is a placed task's part of its queue: held is what it holds (exact once
+// its cards are chosen), asked what it counted for in the request while pending.
+type charge struct {
+	queue       vapi.QueueID
+	held, asked fairshare.Amount
+}
+
+// New returns shares of total, the schedulable card memory and cores, without
+// queues; refMiB is the mean card memory. Queues enter as Hold and Ask name them;
+// Divide then computes what each deserves.
+func New(total fairshare.Amount, refMiB int64, names api.ResourceNames) *Shares {
+	return &Shares{total: total, refMiB: refMiB, names: names, queues: map[vapi.QueueID]*queue{},
+		charged: map[vapi.TaskID]charge{}, evicted: map[vapi.TaskID]charge{}}
+}
+
+// Cost is what a request counts for in its queue before its cards are chosen (a
+// percentage of memory costed on a card of the mean size).
+func (s *Shares) Cost(containers []api.ContainerRequest) fairshare.Amount {
+	return fairshare.Requested(containers, s.refMiB)
+}
+
+// Hold charges a placed task's holding to queue q, at session open.
+func (s *Shares) Hold(q *vapi.QueueInfo, task vapi.TaskID, held fairshare.Amount) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	qs := s.queue(q)
+	qs.allocated = qs.allocated.Add(held)
+	qs.request = qs.request.Add(held)
+	s.charged[task] = charge{queue: q.UID, held: held, asked: held}
+}
+
+// Ask adds a pending task's cost to queue q's demand, at session open.
+func (s *Shares) Ask(q *vapi.QueueInfo, cost fairshare.Amount) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	qs := s.queue(q)
+	qs.request = qs.request.Add(cost)
+	if qs.minAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, qs.minAsk) {
+		qs.minAsk = cost
+	}
+}
+
+// queue returns q's standing, reading its capability and guarantee the first time;
+// the caller holds mu.
+func (s *Shares) queue(q *vapi.QueueInfo) *queue {
+	if qs, ok := s.queues[q.UID]; ok {
+		return qs
+	}
+	qs := &queue{name: q.Name, weight: q.Weight, capability: fairshare.Unlimited}
+	if q.Queue != nil {
+		if v, ok := q.Queue.Spec.Capability[s.names.Memory]; ok {
+			qs.capability.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := q.Queue.Spec.Capability[s.names.Cores]; ok {
+			qs.capability.Cores = float64(v.Value())
+		}
+		if v, ok := q.Queue.Spec.Guarantee.Resource[s.names.Memory]; ok {
+			qs.guarantee.MemoryMiB = float64(v.Value())
+		}
+		if v, ok := q.Queue.Spec.Guarantee.Resource[s.names.Cores]; ok {
+			qs.guarantee.Cores = float64(v.Value())
+		}
+	}
+	s.queues[q.UID] = qs
+	s.order = append(s.order, q.UID)
+	sort.Slice(s.order, func(i, j int) bool { return s.order[i] < s.order[j] })
+	return qs
+}
+
+// Divide computes every queue's deserved share, once the session's holdings and
+// demand are in.
+func (s *Shares) Divide() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.divide()
+}
+
+// divide recomputes every queue's deserved share; the caller holds mu.
+func (s *Shares) divide() {
+	claims := make([]fairshare.Claim, len(s.order))
+	for i, id := range s.order {
+		q := s.queues[id]
+		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: q.request, Capability: q.capability, Guarantee: q.guarantee}
+	}
+	for i, d := range fairshare.Divide(s.total, claims) {
+		s.queues[s.order[i]].deserved = d
+	}
+}
+
+// Standing is a queue's part of the cards as the session stands.
+type Standing struct {
+	Queue                          vapi.QueueID
+	Name                           string
+	Weight                         int32
+	Deserved, Allocated, Requested fairshare.Amount
+}
+
+// Standings are every queue's, in the order of their IDs: for logs and metrics.
+func (s *Shares) Standings() []Standing {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Standing, len(s.order))
+	for i, id := range s.order {
+		q := s.queues[id]
+		out[i] = Standing{Queue: id, Name: q.name, Weight: q.weight, Deserved: q.deserved, Allocated: q.allocated, Requested: q.request}
+	}
+	return out
+}
