@@ -12,6 +12,9 @@ T=$PWD/$BUILD/tests
 TMP=$(mktemp -d /tmp/vgpu-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 for v in $(env | grep -o '^TESSERA_[A-Z_]*'); do unset "$v"; done
+# The tests load the stub driver through their RUNPATH, which LD_LIBRARY_PATH outranks: on a machine
+# with a real driver on LD_LIBRARY_PATH (CUDA images set it) they would load the real libcuda instead.
+unset LD_LIBRARY_PATH
 
 PRE=$LIB
 if [ "$SAN" = 1 ]; then
@@ -70,6 +73,10 @@ echo "== vgpu-core tests ($BUILD) =="
 if [ "$SAN" = 0 ]; then # the sanitizer build needs libasan, is not shipped, and has the same sources
   run "glibc: every imported symbol is GLIBC_2.17 or older (loads on Ubuntu 20.04, UBI 8)" \
     tests/check_glibc.sh "$LIB"
+  # glibc 2.38+ headers turn the strtol and scanf families into __isoc23_* (GLIBC_2.38) under
+  # _GNU_SOURCE: a build on a newer distribution would not load on older ones (seen on Ubuntu 24.04).
+  run "glibc: src/ calls no strtol- or scanf-family function (GLIBC_2.38 symbols on newer build hosts)" \
+    bash -c '! grep -rnE "\<(strto[a-z]*|v?f?s?scanf)[[:space:]]*\(" src'
   run "layers: each src/ directory includes and calls only the layers below it (no cycle)" \
     tests/check_layers.sh "$BUILD/obj"
 fi

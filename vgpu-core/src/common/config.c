@@ -1,5 +1,6 @@
 /* One setting at a time: the values of the limits contract, and the per-card lookups. */
 #include "config.h"
+#include "num.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -38,12 +39,9 @@ static int split_list(char *buf, char *items[TESSERA_MAX_CARDS])
 
 static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    if (!isdigit((unsigned char)s[0]))
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
+    uint64_t v;
+    const char *end = tessera_parse_u64(s, &v);
+    if (!end || *end || v > max)
         return false;
     *out = v;
     return true;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/num.h"
+
 /* The marker is process-local state: one pipe read end per program image. */
 static int marker_fd = -1;
 static uint64_t marker_ino;
@@ -39,8 +41,8 @@ static bool read_stat(int pid, struct proc_stat *out)
     for (s += 2; *s && field < 22; s++)
         if (*s == ' ')
             field++;
-    unsigned long long v;
-    if (sscanf(s, "%llu", &v) != 1)
+    uint64_t v;
+    if (!tessera_parse_u64(s, &v))
         return false;
     out->start_time = v;
     return true;
@@ -60,9 +62,10 @@ static int64_t fd_pipe_ino(int pid, int fd, int *err)
         return -1;
     }
     link[n] = '\0';
-    unsigned long long ino;
+    uint64_t ino;
     *err = 0;
-    return sscanf(link, "pipe:[%llu]", &ino) == 1 ? (int64_t)ino : 0;
+    const char *end = strncmp(link, "pipe:[", 6) == 0 ? tessera_parse_u64(link + 6, &ino) : 0;
+    return end && *end == ']' && ino <= INT64_MAX ? (int64_t)ino : 0;
 }
 
 static void make_marker(void)
