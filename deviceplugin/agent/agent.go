@@ -126,6 +126,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	defer uninst.stop()
 	store := &records.Store{Root: cfg.StateDir, TmpfsBytes: cfg.ContainerTmpfsSize.Value()}
 	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods, ProcRoot: deps.ProcRoot})
+	if store.Growth, err = records.NewGrowthWatcher(m.RegionCut); err != nil {
+		klog.ErrorS(err, "Cannot watch regions for growth; a container that grows its region is cut back at GC passes only")
+	}
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
@@ -145,6 +148,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { pub.Run(ctx) })
 	run(func() { mon.Run(ctx) })
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
+	if store.Growth != nil {
+		run(func() { store.Growth.Run(ctx) })
+	}
 	if memGuard != nil {
 		run(func() { memGuard.Run(ctx) })
 	}

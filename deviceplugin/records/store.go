@@ -79,6 +79,9 @@ type Store struct {
 	// line saying why, where the agent lacks CAP_SYS_ADMIN or its mounts would not reach
 	// the container runtime (TmpfsState).
 	TmpfsBytes int64
+	// Growth, when set, cuts each region back as soon as its container grows it
+	// (GrowthWatcher); without it, and without a tmpfs, GC passes do it.
+	Growth *GrowthWatcher
 
 	tmpfsOnce sync.Once
 	tmpfsOn   bool
@@ -221,8 +224,14 @@ func (s *Store) WriteLimits(uid, container, limits string) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureRegion(filepath.Join(dir, RegionFileName)); err != nil {
+	region := filepath.Join(dir, RegionFileName)
+	if err := ensureRegion(region); err != nil {
 		return err
+	}
+	if s.Growth != nil {
+		if err := s.Growth.Watch(region); err != nil {
+			klog.ErrorS(err, "Cannot watch the container's region for growth; GC passes will cut it back", "path", region)
+		}
 	}
 	return writeAtomic(filepath.Join(dir, LimitsFileName), []byte(limits), LimitsFileMode)
 }
@@ -326,21 +335,28 @@ func replace(from, to string) error {
 // TrimRegions cuts each region of recs that its container grew past a region's size back
 // to that size, giving back what the container wrote past it (the region's own bytes, the
 // first RegionFileSize, are kept: the container's processes go on). It returns the regions
-// it trimmed. Without a tmpfs per container directory (TmpfsBytes) this is what bounds the
-// space a container holds on the state directory's filesystem, once per GC pass; the
-// tmpfs bounds it at every moment.
+// it trimmed, and makes Growth watch exactly these regions. With Growth a region is cut
+// back as it grows and this pass only catches what the watcher could not see; without
+// Growth or a tmpfs per container directory (TmpfsBytes) this is what bounds the space a
+// container holds on the state directory's filesystem, once per GC pass.
 func (s *Store) TrimRegions(recs map[string][]*Record) []string {
 	size, err := usage.RegionFileSize()
 	if err != nil {
 		return nil
 	}
-	var trimmed []string
+	var trimmed, all []string
+	defer func() {
+		if s.Growth != nil {
+			s.Growth.Sync(all)
+		}
+	}()
 	for _, rs := range recs {
 		for _, r := range rs {
 			if checkName("pod UID", r.UID) != nil || checkName("container", r.Container) != nil {
 				continue
 			}
 			path := filepath.Join(s.ContainerDir(r.UID, r.Container), RegionFileName)
+			all = append(all, path)
 			grown, err := trimRegion(path, size)
 			if err != nil {
 				klog.V(2).InfoS("Cannot check a container's region size", "path", path, "err", err)
@@ -408,6 +424,9 @@ func (s *Store) RemovePod(uid string) error {
 		return err
 	}
 	dir := filepath.Join(s.Root, "pods", uid)
+	if s.Growth != nil {
+		s.Growth.Forget(dir)
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove directories of pod %s: %w", uid, err)
