@@ -76,6 +76,13 @@ type Cluster struct {
 	procs    []*proc
 	agents   map[string]*proc
 	kubelets map[string]*proc
+	// kubeletStart serializes starting kubelets (spawnKubelet) with Stop; kubeletExits are
+	// the exits their supervisors saw (node.go).
+	kubeletStart sync.Mutex
+	kubeletExits []Exit
+	// quit is closed by Stop: supervisors end.
+	quit     chan struct{}
+	quitOnce sync.Once
 	sched    *proc
 	// Where the scheduler and each node agent serve /metrics, and when the scheduler
 	// was started (aux.go).
@@ -103,7 +110,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{},
-		gates: map[string]*socketGate{}}
+		gates: map[string]*socketGate{}, quit: make(chan struct{})}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -170,18 +177,37 @@ func CheckRoot() error {
 	return nil
 }
 
-// Stop ends every process, newest first.
+// Stop ends every process, newest first, and the kubelets' supervisors before them.
 func (c *Cluster) Stop() {
+	c.quitOnce.Do(func() {
+		if c.quit != nil {
+			close(c.quit)
+		}
+	})
+	// A supervisor's restart under way finishes first (its kubelet is in procs) or sees
+	// quit and starts nothing.
+	c.kubeletStart.Lock()
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
 	closers := c.closers
 	c.closers = nil
 	c.mu.Unlock()
+	c.kubeletStart.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(5 * time.Second)
 	}
 	for _, f := range closers {
 		f()
+	}
+}
+
+// stopping reports whether Stop has begun.
+func (c *Cluster) stopping() bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -78,6 +78,7 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 	if err := c.StartKubelet(ctx, n.Name); err != nil {
 		return err
 	}
+	c.superviseKubelet(n.Name)
 	if err := c.startPodResourcesRelay(n.Name); err != nil {
 		return err
 	}
@@ -103,9 +104,10 @@ func (c *Cluster) node(name string) (Node, bool) {
 	return Node{}, false
 }
 
-// writeKubeletConfig writes the node's KubeletConfiguration: no cgroups of its own, no
-// swap, iptables or kernel-default checks, anonymous access to its own API on free
-// loopback ports, eviction and image GC that never trigger on a busy shared machine.
+// writeKubeletConfig writes the node's KubeletConfiguration: no cgroups of its own (and so
+// no in-place pod resize), no swap, iptables or kernel-default checks, anonymous access to
+// its own API on free loopback ports, eviction and image GC that never trigger on a busy
+// shared machine.
 // The node status is computed every second and sent when it changes, so the device
 // plugin's slots (and their health) reach the Node within a second, not at the next
 // 10 s sync.
@@ -146,6 +148,13 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 1s
 nodeStatusReportFrequency: 5m
+# Without pod cgroups (cgroupsPerQOS: false) no in-place resize can be made, and v1.34.2's
+# attempt at one panics: a sync that finds no actuated-resources record for a running
+# container (its pod was force-deleted while the sync waited for the next relist) resizes
+# it to its requests, and doPodResizeAction dereferences the pod cgroup configuration,
+# which the no-op pod container manager returns as nil (TestFaultForceDeleteWhilePodsStart).
+featureGates:
+  InPlacePodVerticalScaling: false
 `, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs")) + extra
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
 }
@@ -153,9 +162,28 @@ nodeStatusReportFrequency: 5m
 // StartKubelet starts (or restarts) the node's kubelet and waits for its device plugin
 // registration socket.
 func (c *Cluster) StartKubelet(ctx context.Context, name string) error {
+	p, sock, err := c.spawnKubelet(name, nil)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "kubelet.sock of "+name, 60*time.Second, p, fileExists(sock))
+}
+
+// spawnKubelet starts the node's kubelet process and makes it the node's kubelet. With
+// prev (a supervisor's restart) it starts one only while prev is still the node's kubelet
+// and the cluster is not stopping, and returns errSuperseded otherwise, so that a restart
+// never races a scenario's StartKubelet or Stop.
+func (c *Cluster) spawnKubelet(name string, prev *proc) (*proc, string, error) {
 	n, ok := c.node(name)
 	if !ok {
-		return fmt.Errorf("no node %q", name)
+		return nil, "", fmt.Errorf("no node %q", name)
+	}
+	c.kubeletStart.Lock()
+	defer c.kubeletStart.Unlock()
+	if prev != nil {
+		if c.kubelet(name) != prev || c.stopping() {
+			return nil, "", errSuperseded
+		}
 	}
 	dir := c.NodeDir(name)
 	var labels []string
@@ -166,7 +194,7 @@ func (c *Cluster) StartKubelet(ctx context.Context, name string) error {
 	sock := filepath.Join(dir, "device-plugins", "kubelet.sock")
 	// A restarted kubelet recreates it; waiting for the old one would return at once.
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
-		return err
+		return nil, "", err
 	}
 	ns := []string{"--device-plugins=" + filepath.Join(dir, "device-plugins"), "--sysctl-dir=" + filepath.Join(dir, "sysctl")}
 	if n.NUMANodes > 1 {
@@ -176,24 +204,55 @@ func (c *Cluster) StartKubelet(ctx context.Context, name string) error {
 		c.Opts.Bin.Kubelet, "--config="+filepath.Join(dir, "kubelet.yaml"), "--kubeconfig="+c.Kubeconfig,
 		"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+name, "--node-labels="+strings.Join(labels, ","))...)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	c.add(p)
 	c.mu.Lock()
 	c.kubelets[name] = p
 	c.mu.Unlock()
-	return waitFor(ctx, "kubelet.sock of "+name, 60*time.Second, p, fileExists(sock))
+	return p, sock, nil
+}
+
+// superviseKubelet restarts the node's kubelet whenever it exits without the harness
+// stopping it (KillKubelet, Stop), as the node's systemd would (kubeletRestart), and logs
+// each such exit with the end of the kubelet's log (KubeletExits). It runs until Stop.
+func (c *Cluster) superviseKubelet(name string) {
+	s := &supervisor{what: "kubelet", node: name, policy: kubeletRestart, quit: c.quit,
+		current: func() *proc { return c.kubelet(name) },
+		restart: func(prev *proc) (*proc, error) {
+			p, _, err := c.spawnKubelet(name, prev)
+			return p, err
+		},
+		exited: func(e Exit) {
+			c.mu.Lock()
+			c.kubeletExits = append(c.kubeletExits, e)
+			c.mu.Unlock()
+		}}
+	go s.run()
+}
+
+// KubeletExits lists every time a kubelet exited without the harness stopping it (and was
+// restarted), oldest first.
+func (c *Cluster) KubeletExits() []Exit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Exit(nil), c.kubeletExits...)
 }
 
 // KillKubelet ends the node's kubelet at once, as a crash does; its containers stay in
-// the CRI, as they stay in a container runtime.
+// the CRI, as they stay in a container runtime. The harness asked for it: the kubelet's
+// supervisor leaves it down until StartKubelet.
 func (c *Cluster) KillKubelet(name string) {
-	c.mu.Lock()
-	p := c.kubelets[name]
-	c.mu.Unlock()
-	if p != nil {
+	if p := c.kubelet(name); p != nil {
 		p.kill()
 	}
+}
+
+// kubelet is the node's current kubelet process, nil before the first start.
+func (c *Cluster) kubelet(name string) *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kubelets[name]
 }
 
 // StartAgent starts (or restarts) the node's device plugin, with extra flags after the

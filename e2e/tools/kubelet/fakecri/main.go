@@ -8,7 +8,9 @@
 // to Succeeded through the kubelet's own status updates. Nothing is executed.
 //
 // With --cdi-spec-dir it also does what a CDI-enabled runtime does with the CDI devices
-// the kubelet names (cdi.go).
+// the kubelet names (cdi.go). Like containerd, it reports each container's resources in
+// ContainerStatus, from CreateContainer and every UpdateContainerResources since
+// (resources.go); the fake alone reports none.
 //
 // Usage: fakecri --socket=PATH --record-dir=DIR --node=NAME [--cdi-spec-dir=DIR]
 package main

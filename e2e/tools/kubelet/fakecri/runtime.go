@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
@@ -28,6 +30,9 @@ type runtime struct {
 	// cdiDirs are the CDI spec directories; none means CDI is off, as with containerd's
 	// enable_cdi = false, and the kubelet's CDI device names are only recorded.
 	cdiDirs []string
+	// host is what decides the swap and huge page parts of each container's reported
+	// resources (resources.go).
+	host cgroupHost
 
 	mu      sync.Mutex
 	runTime map[string]time.Duration // container ID -> how long it runs (absent: until stopped)
@@ -42,7 +47,8 @@ func newRuntime(f *fake.RemoteRuntime, recordDir, node string, cdiDirs ...string
 	f.RuntimeService.FakeLinuxConfiguration = &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS}
 	// Pulled images get this size; the kubelet's image GC divides by image sizes.
 	f.ImageService.SetFakeImageSize(1 << 20)
-	return &runtime{RemoteRuntime: f, recordDir: recordDir, node: node, cdiDirs: cdiDirs, runTime: map[string]time.Duration{}}
+	return &runtime{RemoteRuntime: f, recordDir: recordDir, node: node, cdiDirs: cdiDirs, host: detectCgroupHost(),
+		runTime: map[string]time.Duration{}}
 }
 
 // CreateContainer creates the container in the fake, records what the kubelet passed (with
@@ -76,6 +82,8 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	r.RuntimeService.Lock()
 	if c := r.RuntimeService.Containers[id]; c != nil {
 		c.LogPath = logPath
+		// What containerd reports for the container's resources from the start.
+		c.Resources = r.host.createdResources(req.GetConfig())
 	}
 	r.RuntimeService.Unlock()
 	if d, ok := sleepTime(req.GetConfig()); ok {
@@ -106,6 +114,25 @@ func (r *runtime) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 		time.AfterFunc(d, func() { r.exit(req.ContainerId) })
 	}
 	return resp, nil
+}
+
+// UpdateContainerResources merges the kubelet's new resources into what the container
+// reports, as containerd merges them into the container's spec; the fake's own
+// UpdateContainerResources records the call and changes nothing.
+func (r *runtime) UpdateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	if _, err := r.RemoteRuntime.UpdateContainerResources(ctx, req); err != nil {
+		return nil, err
+	}
+	s := r.RuntimeService
+	s.Lock()
+	defer s.Unlock()
+	c := s.Containers[req.GetContainerId()]
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "container %q not found", req.GetContainerId())
+	}
+	c.Resources = r.host.updatedResources(c.Resources, req.GetLinux())
+	c.LinuxResources = c.Resources.GetLinux()
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
 // RemoveContainer removes the container from the fake.
