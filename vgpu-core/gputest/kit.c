@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kit.h"
 
@@ -26,6 +27,10 @@ void env_container(struct kit *kit, struct env *e, int tenant)
      * container in its own pid namespace. A real driver ignores them. */
     env_add(e, "TESSERA_STUB_CARDS_FILE=%s/cards.%d", kit->tmp, kit->ncase);
     env_add(e, "TESSERA_STUB_PIDNS=%d", tenant + 1);
+    /* The library's own log level for the workers (their logs are kept in the kit's directory). */
+    const char *lvl = getenv("TESSERA_GPUTEST_LOG_LEVEL");
+    if (lvl && *lvl)
+        env_add(e, "TESSERA_LOG_LEVEL=%s", lvl);
 }
 
 void kit_log(const struct kit *kit, int i, char *out, size_t len)

@@ -103,6 +103,10 @@ int main(int argc, char **argv)
         printf("workers' logs kept in %s\n", kit.tmp);
         return 1;
     }
+    if (getenv("TESSERA_GPUTEST_KEEP") && *getenv("TESSERA_GPUTEST_KEEP")) {
+        printf("workers' logs kept in %s (TESSERA_GPUTEST_KEEP)\n", kit.tmp);
+        return 0;
+    }
     if (nftw(kit.tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
         fprintf(stderr, "gputest: could not remove %s\n", kit.tmp);
     return 0;

@@ -89,6 +89,11 @@ static void log_share(int i, uint64_t now)
     if (c->log_at && now > c->log_at) {
         unsigned pct = (unsigned)((charged - c->log_charged) * 100 / (now - c->log_at));
         atomic_store(&rc->util_pct, pct);
+        if (tessera.cfg.qos == QOS_BURST_SHARE && c->nvml) {
+            char seen[256];
+            sm_contention_describe(c->card, seen, sizeof seen);
+            TLOG(TLOG_DEBUG, "card %d: burst-share saw %s", i, seen);
+        }
         TLOG(TLOG_DEBUG, "card %d: charged %u%% of the card (limit %u%%, %s), %llu launches waited", i, pct,
              c->limit, atomic_load(&rc->capped) ? "capped" : "uncapped",
              (unsigned long long)atomic_exchange(&rc->waits, 0));

@@ -1,5 +1,6 @@
 #include "sm_contention.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "sm_math.h"
@@ -19,6 +20,11 @@ struct pid_hist {
 
 struct card_hist {
     unsigned long long last_seen_us;
+    nvmlReturn_t last_ret;   /* of the last GetProcessUtilization, for the debug log */
+    unsigned last_cnt;
+    struct sm_view last_view;
+    struct sm_sample last_samples[4];
+    bool last_ours[4], last_verdict;
     struct pid_hist pids[MAX_PIDS];
     unsigned ncard, card_next;
     uint64_t card_at[CARD_READINGS];
@@ -55,8 +61,11 @@ static void read_samples(struct card_hist *h, nvmlDevice_t nvml, uint64_t now)
 {
     nvmlProcessUtilizationSample_t s[MAX_PIDS];
     unsigned cnt = MAX_PIDS;
-    if (!tessera_nvml.nvmlDeviceGetProcessUtilization ||
-        tessera_nvml.nvmlDeviceGetProcessUtilization(nvml, s, &cnt, h->last_seen_us) != NVML_SUCCESS)
+    h->last_ret = tessera_nvml.nvmlDeviceGetProcessUtilization
+                      ? tessera_nvml.nvmlDeviceGetProcessUtilization(nvml, s, &cnt, h->last_seen_us)
+                      : NVML_ERROR_FUNCTION_NOT_FOUND;
+    h->last_cnt = cnt;
+    if (h->last_ret != NVML_SUCCESS)
         return;
     for (unsigned k = 0; k < cnt && k < MAX_PIDS; k++) {
         add_sample(h, s[k].pid, s[k].smUtil, now);
@@ -129,5 +138,27 @@ bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped)
         .card_high = have_card ? (int)hi : -1,
         .capped = capped,
     };
-    return sm_contended(&v);
+    h->last_verdict = sm_contended(&v);
+    h->last_view = v;
+    h->last_view.samples = NULL, h->last_view.ours = NULL;
+    for (int i = 0; i < ns && i < 4; i++) {
+        h->last_samples[i] = samples[i];
+        h->last_ours[i] = false;
+        for (int j = 0; j < v.nours; j++)
+            h->last_ours[i] |= ours[j] > 0 && (uint32_t)ours[j] == samples[i].pid;
+    }
+    return h->last_verdict;
+}
+
+void sm_contention_describe(int card, char *buf, size_t len)
+{
+    const struct card_hist *h = &hist[card];
+    const struct sm_view *v = &h->last_view;
+    int n = snprintf(buf, len, "nvml ret %d count %u; %d sample(s) in 1 s:", (int)h->last_ret, h->last_cnt, v->nsamples);
+    for (int i = 0; i < v->nsamples && i < 4 && n > 0 && (size_t)n < len; i++)
+        n += snprintf(buf + n, len - (size_t)n, " %u%s:%u", h->last_samples[i].pid, h->last_ours[i] ? "*" : "",
+                      h->last_samples[i].avg);
+    if (n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "; ours %d (%d launching); card %d..%d; neighbour %s", v->nours,
+                 v->ours_active, v->card_low, v->card_high, h->last_verdict ? "yes" : "no");
 }

@@ -8,12 +8,16 @@
 #define TESSERA_SM_CONTENTION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../process/state.h"
 
 /* Polls NVML for card (its handle nvml) at now; returns true when a neighbour uses the card. */
 bool sm_contention_poll(int card, nvmlDevice_t nvml, uint64_t now, bool capped);
+/* What the last poll of card saw, as one line for the debug log: NVML's last answer, the samples of
+ * the last second (pid:average, ours marked *), the card's range and the verdict. */
+void sm_contention_describe(int card, char *buf, size_t len);
 /* Container processes that launched on card within the last second. */
 int sm_active_procs(int card, uint64_t now);
 
