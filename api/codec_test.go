@@ -48,6 +48,7 @@ func TestInventoryDecodeErrors(t *testing.T) {
 		{"zero shares are rejected", `{"version":"v1","cards":[{"uuid":"G","index":0,"model":"m","memoryMiB":1,"numa":0,"shares":0,"healthy":true}]}`, "cards[0].shares", false},
 		{"an asymmetric link matrix is rejected", `{"version":"v1","cards":[{"uuid":"A","index":0,"model":"m","memoryMiB":1,"numa":0,"shares":1,"healthy":true},{"uuid":"B","index":1,"model":"m","memoryMiB":1,"numa":0,"shares":1,"healthy":true}],"links":[["X","NV1"],["PIX","X"]]}`, "links[0][1]", false},
 		{"an unknown link type is rejected", `{"version":"v1","cards":[{"uuid":"A","index":0,"model":"m","memoryMiB":1,"numa":0,"shares":1,"healthy":true}],"links":[["Q"]]}`, `unknown link type "Q"`, false},
+		{"a context reserve inside the inventory is an unknown field", `{"version":"v1","cards":[{"uuid":"G","index":0,"model":"m","memoryMiB":1,"numa":0,"shares":1,"healthy":true,"contextReserveMiB":518}]}`, "contextReserveMiB", false},
 		{"a short link matrix is rejected", `{"version":"v1","cards":[{"uuid":"A","index":0,"model":"m","memoryMiB":1,"numa":0,"shares":1,"healthy":true}],"links":[]}`, "0 rows", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +60,48 @@ func TestInventoryDecodeErrors(t *testing.T) {
 				t.Fatalf("errors.Is(ErrUnsupportedVersion) = %v, want %v", got, tc.unsupported)
 			}
 		})
+	}
+}
+
+// previousInventory is the inventory's shape in the release before context reserves,
+// as that release's scheduler decodes it: strictly.
+type previousInventory struct {
+	Version string `json:"version"`
+	Cards   []struct {
+		UUID      string `json:"uuid"`
+		Index     int    `json:"index"`
+		Model     string `json:"model"`
+		MemoryMiB int64  `json:"memoryMiB"`
+		SMCount   int    `json:"smCount,omitempty"`
+		NUMA      int    `json:"numa"`
+		Shares    int    `json:"shares"`
+		Healthy   bool   `json:"healthy"`
+		MIG       bool   `json:"mig,omitempty"`
+	} `json:"cards"`
+	Links [][]LinkType `json:"links,omitempty"`
+}
+
+// Each card's context reserve never reaches the inventory document: a scheduler of the
+// previous release decodes what this build writes (during an upgrade or a rollback,
+// agents and scheduler of both releases run side by side), and an in-memory reserve
+// reads back as unknown.
+func TestAnInventoryWithReservesIsWhatThePreviousReleaseWrote(t *testing.T) {
+	inv := sampleInventory()
+	inv.Cards[0].ContextReserveMiB = 518
+	enc, err := EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ToLower(enc), "reserve") {
+		t.Fatalf("the inventory carries the reserve: %s", enc)
+	}
+	var old previousInventory
+	if err := decodeStrict(enc, &old); err != nil {
+		t.Fatalf("the previous release's scheduler refuses this build's inventory: %v\n%s", err, enc)
+	}
+	back, err := DecodeInventory(enc)
+	if err != nil || back.Cards[0].ContextReserveMiB != 0 {
+		t.Fatalf("decoded %+v (%v), want the reserve unknown (0): it travels in %s", back, err, AnnotationContextReserve)
 	}
 }
 

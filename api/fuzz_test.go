@@ -33,6 +33,32 @@ func FuzzDecodeInventory(f *testing.F) {
 	})
 }
 
+func FuzzDecodeContextReserve(f *testing.F) {
+	s, _ := EncodeContextReserve(sampleContextReserve())
+	f.Add(s)
+	f.Add(`{"version":"v1","cards":{}}`)
+	f.Add(`{"version":"v1","cards":{"MIG-1":4096,"GPU-2":0,"GPU-3":4097}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":5e2}}`)
+	f.Add(`{"version":"v2"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := DecodeContextReserve(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("error does not wrap a sentinel: %v", err)
+			}
+			return
+		}
+		enc, err := EncodeContextReserve(r)
+		if err != nil {
+			t.Fatalf("decoded reserves do not re-encode: %v", err)
+		}
+		again, err := DecodeContextReserve(enc)
+		if err != nil || !reflect.DeepEqual(r, again) {
+			t.Fatalf("round trip differs: %v\n%+v\n%+v", err, r, again)
+		}
+	})
+}
+
 func FuzzDecodeAssignment(f *testing.F) {
 	s, _ := EncodeAssignment(sampleAssignment())
 	f.Add(s)

@@ -35,6 +35,12 @@ type Card struct {
 	Shares  int  `json:"shares"`
 	Healthy bool `json:"healthy"`
 	MIG     bool `json:"mig,omitempty"`
+	// ContextReserveMiB is what one CUDA context takes on the card, counted inside
+	// every container's memory limit there (the agent's contextReserve); 0 when
+	// unknown. It is not part of the inventory document, which must stay what older
+	// schedulers decode strictly: it travels in AnnotationContextReserve, and the
+	// readers (Decoders.NodeInventory) fill it in.
+	ContextReserveMiB int64 `json:"-"`
 }
 
 // LinkType is the connection between two cards, in nvidia-smi topo notation.

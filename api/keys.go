@@ -22,6 +22,9 @@ const (
 	AnnotationInventory = Prefix + "inventory"
 	// AnnotationHeartbeat holds the RFC 3339 time of the agent's last heartbeat.
 	AnnotationHeartbeat = Prefix + "heartbeat"
+	// AnnotationContextReserve holds each card's CUDA context reserve (see
+	// NodeContextReserve); absent when no card has one.
+	AnnotationContextReserve = Prefix + "context-reserve"
 )
 
 // Pod annotations written by the scheduler and the node agent.

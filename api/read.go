@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // decodeCache keeps decoded values per annotation string: nodes and running pods
@@ -66,10 +67,17 @@ func (c *decodeCache[T]) sweep() {
 // One scheduler process owns one Decoders and calls Sweep once per session; a nil
 // *Decoders decodes every time, as the CLI does.
 type Decoders struct {
-	inventories   decodeCache[*NodeInventory]
+	inventories decodeCache[*NodeInventory]
+	reserves    decodeCache[*NodeContextReserve]
+	// withReserves holds inventories merged with their reserves, keyed by both
+	// annotations: one copy per node and value, not one per session.
+	withReserves  decodeCache[*NodeInventory]
 	assignments   decodeCache[*PodAssignment]
 	volcanoCards  decodeCache[[][]CardAssignment]
 	registrations decodeCache[*NodeInventory]
+	// badReserves holds, per node, the malformed reserve annotation already logged:
+	// the scheduler reads every node every session, and says so once.
+	badReserves decodeCache[struct{}]
 }
 
 // Sweep forgets every annotation not read since the previous Sweep (pods gone, nodes
@@ -79,6 +87,9 @@ func (d *Decoders) Sweep() {
 		return
 	}
 	d.inventories.sweep()
+	d.reserves.sweep()
+	d.withReserves.sweep()
+	d.badReserves.sweep()
 	d.assignments.sweep()
 	d.volcanoCards.sweep()
 	d.registrations.sweep()
@@ -93,11 +104,11 @@ func cached[T any](d *Decoders, c func(*Decoders) *decodeCache[T], s string, dec
 }
 
 // ReadNodeInventory reads a node's cards as the scheduler does: Tessera's own
-// inventory first (refused when its heartbeat is older than heartbeatTimeout), then
-// the HAMi volcano device plugin's registration. It returns nil, nil for a node
-// without vGPU cards, and an error a user can act on when the annotations are
-// unusable. The CLI's explain and nodes commands call it so that they see what the
-// scheduler sees.
+// inventory first (refused when its heartbeat is older than heartbeatTimeout), with
+// each card's context reserve from AnnotationContextReserve, then the HAMi volcano
+// device plugin's registration. It returns nil, nil for a node without vGPU cards,
+// and an error a user can act on when the annotations are unusable. The CLI's explain
+// and nodes commands call it so that they see what the scheduler sees.
 func ReadNodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*NodeInventory, error) {
 	return (*Decoders)(nil).NodeInventory(node, now, heartbeatTimeout)
 }
@@ -118,7 +129,12 @@ func (d *Decoders) NodeInventory(node *corev1.Node, now time.Time, heartbeatTime
 				return nil, fmt.Errorf("node agent heartbeat is %s old (limit %s)", age.Round(time.Second), heartbeatTimeout)
 			}
 		}
-		return inv, nil
+		r := d.contextReserve(node)
+		if r == nil {
+			return inv, nil
+		}
+		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.withReserves },
+			s+"\x00"+node.Annotations[AnnotationContextReserve], func(string) (*NodeInventory, error) { return inv.WithContextReserve(r), nil })
 	}
 	if s, ok := node.Annotations[VolcanoNodeRegister]; ok {
 		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.registrations }, s, func(s string) (*NodeInventory, error) {
@@ -130,6 +146,27 @@ func (d *Decoders) NodeInventory(node *corev1.Node, now time.Time, heartbeatTime
 		})
 	}
 	return nil, nil
+}
+
+// contextReserve reads the node's AnnotationContextReserve; nil when it is absent or
+// malformed. A malformed one is logged (once per node and value, through the memo) and
+// otherwise ignored: the reserve only keeps containers off cards, so a bad one must not
+// make the node unusable, and without it placement is what it was before reserves.
+func (d *Decoders) contextReserve(node *corev1.Node) *NodeContextReserve {
+	s, ok := node.Annotations[AnnotationContextReserve]
+	if !ok {
+		return nil
+	}
+	r, err := cached(d, func(d *Decoders) *decodeCache[*NodeContextReserve] { return &d.reserves }, s, DecodeContextReserve)
+	if err == nil {
+		return r
+	}
+	_, _ = cached(d, func(d *Decoders) *decodeCache[struct{}] { return &d.badReserves }, node.Name+"\n"+s, func(string) (struct{}, error) {
+		klog.ErrorS(err, "Node's CUDA context reserve annotation is malformed; placing on its cards as if they had none",
+			"node", node.Name, "annotation", AnnotationContextReserve)
+		return struct{}{}, nil
+	})
+	return nil
 }
 
 // ErrNoAssignment is wrapped when a pod carries neither Tessera's assignment nor

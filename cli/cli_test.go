@@ -295,3 +295,23 @@ tiers:
 		t.Errorf("text explain lacks the finding:\n%s", text)
 	}
 }
+
+// explain reads each card's CUDA context reserve off the node as the scheduler does:
+// beside the inventory, and a malformed one is no reserve, never an unusable node.
+func TestExplainSeesTheContextReserve(t *testing.T) {
+	node := func(name, reserve string) *corev1.Node {
+		n := tesseraNode(t, name, now, card("GPU-"+name, 0, "NVIDIA H100 80GB HBM3", 81559))
+		n.Annotations[api.AnnotationContextReserve] = reserve
+		return n
+	}
+	pod := vgpuPod("team-a", "tiny", "research", 1, 256, 10)
+	v := explain(t, []runtime.Object{node("gpu-r", `{"version":"v1","cards":{"GPU-gpu-r":518}}`), pod}, "tiny")
+	const want = `vgpu: container "main" asks 256Mi of vGPU memory; cards on this node need at least 518Mi for a CUDA context (contextReserve)`
+	if v.Status != ExplainNoNodeFits || len(v.Nodes) != 1 || v.Nodes[0].Reason != want || v.Nodes[0].Resolvable {
+		t.Errorf("explain %+v\nwant the unresolvable reason %q", v, want)
+	}
+	v = explain(t, []runtime.Object{node("gpu-bad", `{"version":"v1","cards":{"GPU-gpu-bad":"518Mi"}}`), pod}, "tiny")
+	if v.Status != ExplainFits {
+		t.Errorf("explain %+v with a malformed reserve, want the pod to fit as if there were none", v)
+	}
+}

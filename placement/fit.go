@@ -198,7 +198,17 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: c.Model})
 	}
 	mem := memoryFor(&c.Card, cr)
-	if mem > c.CapacityMiB {
+	switch {
+	case mem < c.ContextReserveMiB:
+		// Every CUDA context is counted inside the container's limit on the card
+		// (vgpu-core's TESSERA_CONTEXT_RESERVE_MIB): below the reserve the container
+		// would start and then fail its first cuInit.
+		pct := int64(0)
+		if cr.MemoryMiB == 0 {
+			pct = int64(cr.MemoryPercent)
+		}
+		return reject(ReasonContextReserve, rejectDetail{kind: detailContextReserve, a: mem, b: c.ContextReserveMiB, c: pct})
+	case mem > c.CapacityMiB:
 		return reject(ReasonTooSmall, rejectDetail{kind: detailTooSmall, a: mem, b: c.CapacityMiB})
 	}
 	freeCores, freeMiB := 100-used.Cores, c.CapacityMiB-used.MemoryMiB

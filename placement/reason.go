@@ -26,6 +26,11 @@ const (
 	ReasonQoS        Reason = "in another QoS pool"
 )
 
+// ReasonContextReserve: the container's memory on the card is less than one CUDA
+// context takes there (the card's api.Card.ContextReserveMiB), so the container could
+// not create even one. It applies just before ReasonTooSmall.
+const ReasonContextReserve Reason = "below the CUDA context reserve"
+
 // Resolvable reports whether the reason depends on other tenants' usage, so that
 // evicting or waiting for them could help. The rest are properties of the card or
 // of the request.
@@ -73,6 +78,8 @@ const (
 	detailCores  // a: % wanted, b: % free
 	detailMemory // a: MiB wanted, b: MiB free, c: card MiB
 	detailQoS    // text: the card's class, text2: the pod's
+
+	detailContextReserve // a: MiB wanted, b: the card's reserve MiB, c: % of the card asked (0: MiB asked)
 )
 
 // Explain is the refusal's detail: Detail when set, else written from the figures
@@ -91,6 +98,8 @@ func (r CardReject) Explain() string {
 		return "model " + d.text + " matches nothing in " + api.AnnotationGPUTypeInclude
 	case detailTypeExcluded:
 		return "model " + d.text + " matches " + api.AnnotationGPUTypeExclude
+	case detailContextReserve:
+		return itoa(d.a) + " MiB wanted, a CUDA context takes " + itoa(d.b) + " MiB on this card (contextReserve)"
 	case detailTooSmall:
 		return itoa(d.a) + " MiB wanted, card has " + itoa(d.b) + " MiB"
 	case detailShares:
@@ -164,7 +173,34 @@ func (e *FitError) Error() string {
 		return fmt.Sprintf("container %q needs %d cards on one NUMA node (%s=true), %d of %d fit but not on one node (%s)",
 			e.Container, e.Wanted, api.AnnotationNUMABind, e.Fitting, e.Cards, e.NUMA)
 	}
+	if d, ok := e.reserveRefusal(); ok {
+		asks := itoa(d.a) + "Mi of vGPU memory"
+		if d.c > 0 {
+			asks = itoa(d.c) + "% of vGPU memory (" + itoa(d.a) + "Mi of a card on this node)"
+		}
+		return fmt.Sprintf("container %q asks %s; cards on this node need at least %dMi for a CUDA context (contextReserve)",
+			e.Container, asks, d.b)
+	}
 	return fmt.Sprintf("container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+}
+
+// reserveRefusal is the context-reserve refusal to report instead of the card counts,
+// when the reserve is what keeps the container off the node: without it, enough cards
+// would be left. Of several, the card that needs the least, so that the figure quoted
+// is the least request that could fit.
+func (e *FitError) reserveRefusal() (rejectDetail, bool) {
+	var least rejectDetail
+	n := 0
+	for _, r := range e.Rejects {
+		if r.Reason != ReasonContextReserve || r.why.kind != detailContextReserve {
+			continue
+		}
+		if n == 0 || r.why.b < least.b {
+			least = r.why
+		}
+		n++
+	}
+	return least, n > 0 && e.Fitting+n >= e.Wanted
 }
 
 // Explained returns the refused cards with every Detail written.

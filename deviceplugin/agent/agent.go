@@ -76,7 +76,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	reg := cards.NewRegistry(res.Cards(), res.Links)
+	// The publisher writes each card's context reserve beside the inventory
+	// (tessera.io/context-reserve), and limits.env counts the same figure: the
+	// scheduler refuses what vgpu-core could not start.
+	reg := cards.NewRegistry(cfg.ContextReserve.OnCards(res.Cards()), res.Links)
 	devices := make(map[string]nvml.Device, len(res.Devices))
 	for _, d := range res.Devices {
 		devices[d.Card.UUID] = d.Handle
@@ -87,7 +90,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		if !ok {
 			return cfg.ContextReserve.MiB("")
 		}
-		return cfg.ContextReserve.MiB(card.Model)
+		return card.ContextReserveMiB
 	}
 	if err != nil {
 		return err

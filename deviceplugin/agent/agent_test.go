@@ -20,6 +20,7 @@ import (
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/cdi"
 	"github.com/tessera-gpu/tessera/deviceplugin/config"
+	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
@@ -80,6 +81,15 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 	if err != nil || len(inv.Cards) != 4 || inv.Links[0][1] != "NV4" {
 		t.Fatalf("inventory %+v, %v", inv, err)
 	}
+	reserves, err := api.DecodeContextReserve(node.Annotations[api.AnnotationContextReserve])
+	if err != nil || len(reserves.Cards) != len(inv.Cards) {
+		t.Fatalf("context reserves %+v (%v), want one for each of the %d cards", reserves, err, len(inv.Cards))
+	}
+	for _, c := range inv.Cards {
+		if got := reserves.Cards[c.UUID]; got != 520 {
+			t.Errorf("card %s publishes a context reserve of %d MiB, want the default 520 for an A30", c.UUID, got)
+		}
+	}
 
 	p, resps := admitOnePod(ctx, t, client, k, machine.UUID(2), api.QoSBurstShare, 4096, 25)
 	if got := resps["main"].Response.Envs[api.EnvQoS]; got != string(api.QoSBurstShare) {
@@ -87,6 +97,11 @@ func TestTheAgentPublishesRegistersHandsOffAndServesMetrics(t *testing.T) {
 	}
 	if err := k.StartContainers(ctx, p); err != nil {
 		t.Fatal(err)
+	}
+	store := &records.Store{Root: cfg.StateDir}
+	limits, err := os.ReadFile(filepath.Join(store.ContainerDir(string(p.UID), "main"), records.LimitsFileName))
+	if err != nil || !strings.Contains(string(limits), api.EnvContextReserveMiB+"=520\n") {
+		t.Errorf("limits.env %q (%v), want the reserve the inventory publishes, %s=520", limits, err, api.EnvContextReserveMiB)
 	}
 
 	resp, err := http.Get("http://" + lis.Addr().String() + "/metrics")

@@ -176,11 +176,24 @@ func (c ContextReserve) MiB(model string) int64 {
 	return (q.Value() + (1<<20 - 1)) >> 20
 }
 
-// DefaultContextReserve is what was measured (an H100 80GB HBM3, driver 580, CUDA 13: 518
-// MiB per context) and, for every other model, the same figure rounded up: not measured.
+// OnCards returns the cards, each with its model's reserve (MiB) as the agent publishes
+// it beside the node inventory (tessera.io/context-reserve), so that the scheduler
+// refuses a card to a container whose memory there is below what a context takes.
+func (c ContextReserve) OnCards(cards []api.Card) []api.Card {
+	out := make([]api.Card, len(cards))
+	for i, card := range cards {
+		card.ContextReserveMiB = c.MiB(card.Model)
+		out[i] = card
+	}
+	return out
+}
+
+// DefaultContextReserve is what was measured (an H100 80GB HBM3 and an H200, driver 580,
+// CUDA 13: 518 MiB per context on both) and, for every other model, the same figure
+// rounded up: not measured.
 func DefaultContextReserve() ContextReserve {
 	return ContextReserve{Default: resource.MustParse("520Mi"),
-		Models: []ModelReserve{{Match: "H100", Reserve: resource.MustParse("518Mi")}}}
+		Models: []ModelReserve{{Match: "H100", Reserve: resource.MustParse("518Mi")}, {Match: "H200", Reserve: resource.MustParse("518Mi")}}}
 }
 
 // MaxContextReserve bounds every reserve: no CUDA context takes more.

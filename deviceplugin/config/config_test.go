@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tessera-gpu/tessera/api"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -197,6 +199,22 @@ func TestContextReserveByModel(t *testing.T) {
 	}
 	if got := DefaultContextReserve().MiB("NVIDIA H100 PCIe"); got != 518 {
 		t.Errorf("default table: H100 %d MiB, want the measured 518", got)
+	}
+}
+
+// The agent publishes each card's reserve beside the inventory, by the same table that
+// writes limits.env; the discovered cards are not changed.
+func TestContextReserveIsStampedOnEachCard(t *testing.T) {
+	found := []api.Card{{UUID: "GPU-h", Model: "NVIDIA H100 80GB HBM3"}, {UUID: "GPU-a", Model: "NVIDIA A30"}}
+	got := DefaultContextReserve().OnCards(found)
+	if got[0].ContextReserveMiB != 518 || got[1].ContextReserveMiB != 520 {
+		t.Errorf("reserves %d and %d MiB, want 518 (H100, measured) and 520 (the default)", got[0].ContextReserveMiB, got[1].ContextReserveMiB)
+	}
+	if found[0].ContextReserveMiB != 0 {
+		t.Error("OnCards changed the cards it was given")
+	}
+	if off := (ContextReserve{}).OnCards(found); off[0].ContextReserveMiB != 0 {
+		t.Errorf("a reserve configured off publishes %d MiB, want 0 (the annotation is left off)", off[0].ContextReserveMiB)
 	}
 }
 

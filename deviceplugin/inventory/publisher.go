@@ -1,6 +1,7 @@
 // Package inventory publishes the node's cards on the Node object: the versioned
-// inventory annotation when something changes, the heartbeat annotation on a timer,
-// and optionally the HAMi/Volcano registration annotations.
+// inventory annotation and each card's CUDA context reserve when something changes,
+// the heartbeat annotation on a timer, and optionally the HAMi/Volcano registration
+// annotations.
 package inventory
 
 import (
@@ -123,9 +124,18 @@ func (p *Publisher) Patch() ([]byte, error) {
 		return nil, fmt.Errorf("encode inventory: %w", err)
 	}
 	now := p.now()
-	ann := map[string]string{
+	// Values are strings, or nil to remove the key (a JSON merge patch's null).
+	ann := map[string]any{
 		api.AnnotationInventory: enc,
 		api.AnnotationHeartbeat: now.UTC().Format(time.RFC3339),
+		// The reserves travel beside the inventory, not in it: a scheduler of the
+		// previous release decodes the inventory strictly and never reads this key.
+		api.AnnotationContextReserve: nil,
+	}
+	if r := inv.ContextReserve(); r != nil {
+		if ann[api.AnnotationContextReserve], err = api.EncodeContextReserve(r); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", api.AnnotationContextReserve, err)
+		}
 	}
 	if p.opts.VolcanoCompat {
 		vc := make([]api.VolcanoCard, len(inv.Cards))

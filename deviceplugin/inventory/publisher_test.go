@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,4 +102,47 @@ func TestThePublisherWritesOnChangeAndOnHeartbeatAndRetriesFailures(t *testing.T
 			t.Errorf("%d writes in 350ms with a 100ms heartbeat", got)
 		}
 	})
+}
+
+// Each card's CUDA context reserve is written in its own annotation, in the same patch
+// as the inventory, which stays what a scheduler of the previous release decodes; with
+// no reserve on any card (contextReserve 0) the annotation is removed, so a stale one
+// from an earlier configuration cannot keep containers off the cards.
+func TestThePublisherWritesTheReservesBesideTheInventory(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a",
+		Annotations: map[string]string{api.AnnotationContextReserve: `{"version":"v1","cards":{"GPU-stale":900}}`}}})
+	var patches []string
+	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		patches = append(patches, string(a.(k8stesting.PatchAction).GetPatch()))
+		return false, nil, nil
+	})
+	res, err := discovery.Discover(nvmlfake.Cards(2), discovery.Options{Shares: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := res.Cards()
+	found[0].ContextReserveMiB = 518
+	p := New(client, cards.NewRegistry(found, res.Links), Options{Node: "node-a", Heartbeat: time.Minute}, nil)
+	if err := p.Publish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ann := nodeAnnotations(t, client)
+	r, err := api.DecodeContextReserve(ann[api.AnnotationContextReserve])
+	if err != nil || len(r.Cards) != 1 || r.Cards[found[0].UUID] != 518 {
+		t.Errorf("reserves %+v (%v), want only %s's 518 MiB", r, err, found[0].UUID)
+	}
+	if strings.Contains(ann[api.AnnotationInventory], "eserve") {
+		t.Errorf("the inventory carries the reserve: %s", ann[api.AnnotationInventory])
+	}
+	if len(patches) != 1 || !strings.Contains(patches[0], api.AnnotationInventory) || !strings.Contains(patches[0], api.AnnotationContextReserve) {
+		t.Errorf("patches %q, want one carrying both the inventory and the reserves", patches)
+	}
+
+	none := New(client, registry(t, 2), Options{Node: "node-a", Heartbeat: time.Minute}, nil)
+	if err := none.Publish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := nodeAnnotations(t, client)[api.AnnotationContextReserve]; ok {
+		t.Errorf("with no reserve on any card the node keeps %s=%s, want it removed", api.AnnotationContextReserve, v)
+	}
 }

@@ -105,10 +105,11 @@ annotations (api/keys.go, api/signature.go), as a JSON list (a CEL list literal 
 ["tessera.io/handoff","tessera.io/handoff-message"]
 {{- end -}}
 
-{{/* Node annotations the agent writes (deviceplugin/inventory): the inventory and its
-heartbeat, and with volcanoCompat the HAMi/Volcano register and handshake. */}}
+{{/* Node annotations the agent writes (deviceplugin/inventory): the inventory, its
+heartbeat and the cards' CUDA context reserves, and with volcanoCompat the HAMi/Volcano
+register and handshake. */}}
 {{- define "tessera.agentNodeKeys" -}}
-{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" -}}
+{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" "tessera.io/context-reserve" -}}
 {{- if .Values.devicePlugin.config.volcanoCompat -}}{{- $k = concat $k (list "volcano.sh/node-vgpu-register" "volcano.sh/node-vgpu-handshake") -}}{{- end -}}
 {{- toJson $k -}}
 {{- end -}}

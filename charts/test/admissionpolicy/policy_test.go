@@ -410,7 +410,7 @@ func updateNode(old, new *corev1.Node, who string, extra map[string][]string) re
 	return request{op: admission.Update, resource: "nodes", kind: "Node", obj: new, old: old, user: who, extra: extra}
 }
 
-// The agent writes only its own Node's inventory and heartbeat.
+// The agent writes only its own Node's inventory, heartbeat and context reserves.
 func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 	ps := policies(t, "")
 	before := map[string]string{"tessera.io/inventory": "v1-old", "tessera.io/heartbeat": "t0", "other.io/x": "1"}
@@ -418,12 +418,16 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 	other := map[string]string{"tessera.io/inventory": "v1-old", "tessera.io/heartbeat": "t0", "other.io/x": "2"}
 	compat := map[string]string{"tessera.io/inventory": "v1-old", "tessera.io/heartbeat": "t0", "other.io/x": "1",
 		"volcano.sh/node-vgpu-register": "GPU-1,10,8000,100,NVIDIA,true:"}
+	reserved := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
+		"tessera.io/context-reserve": `{"version":"v1","cards":{"GPU-1":518}}`}
 	tainted := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "evil", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	relabelled := func(n *corev1.Node) { n.Labels["node-role.kubernetes.io/control-plane"] = "" }
 	run(t, ps, []tcase{
 		{"the agent publishes its inventory", updateNode(node("node-1", before), node("node-1", after), agentSA, on("node-1")), nil},
+		{"the agent publishes its context reserves", updateNode(node("node-1", before), node("node-1", reserved), agentSA, on("node-1")), nil},
+		{"the agent removes its context reserves", updateNode(node("node-1", reserved), node("node-1", after), agentSA, on("node-1")), nil},
 		{"the kubelet updates its node", updateNode(node("node-1", before), node("node-1", other), "system:node:node-1", nil), nil},
 		{"the agent writes another node", updateNode(node("node-2", before), node("node-2", after), agentSA, on("node-1")),
 			[]string{"node-1 may only change its own Node, not node-2"}},

@@ -24,3 +24,27 @@ func TestNeverFitsReportsTheNodeThePodAimsAt(t *testing.T) {
 		}
 	}
 }
+
+// A container below every card's CUDA context reserve fits no node even idle: the
+// job is refused with the reserve's reason, and the pending metric counts it by name.
+func TestNeverFitsNamesTheContextReserve(t *testing.T) {
+	l := NewLedger()
+	n := testNode("gpu-h", "NVIDIA H100 80GB HBM3", 4, -1)
+	for i := range n.Cards {
+		n.Cards[i].ContextReserveMiB = 518
+	}
+	l.AddNode(n)
+	req := &placement.Request{Containers: []api.ContainerRequest{{Name: "train", Cards: 1, MemoryMiB: 256, Cores: 10}}}
+	why, category := l.NeverFits(req)
+	const want = `vgpu: container "train" asks 256Mi of vGPU memory; cards on this node need at least 518Mi for a CUDA context (contextReserve)`
+	if why != want {
+		t.Errorf("reason %q\nwant %q", why, want)
+	}
+	if category != string(placement.ReasonContextReserve) {
+		t.Errorf("pending category %q, want %q", category, placement.ReasonContextReserve)
+	}
+	req.Containers[0].MemoryMiB = 518
+	if why, _ := l.NeverFits(req); why != "" {
+		t.Errorf("a request at the reserve never fits: %s", why)
+	}
+}
