@@ -59,6 +59,33 @@ func FuzzDecodeContextReserve(f *testing.F) {
 	})
 }
 
+func FuzzDecodeCordons(f *testing.F) {
+	s, _ := EncodeCordons(sampleCordons())
+	f.Add(s)
+	f.Add(`{"version":"v1","cards":{}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":{"reason":"fan","since":"2026-03-01T13:00:00.5+01:00"}}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":{"reason":"a\u0000b","since":"0000-01-01T00:00:00Z"}}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":{"since":"9999-12-31T23:59:59-23:59"}}}`)
+	f.Add(`{"version":"v2"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := DecodeCordons(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("error does not wrap a sentinel: %v", err)
+			}
+			return
+		}
+		enc, err := EncodeCordons(c)
+		if err != nil {
+			t.Fatalf("decoded cordons do not re-encode: %v", err)
+		}
+		again, err := DecodeCordons(enc)
+		if err != nil || !reflect.DeepEqual(c, again) {
+			t.Fatalf("round trip differs: %v\n%+v\n%+v", err, c, again)
+		}
+	})
+}
+
 func FuzzDecodeAssignment(f *testing.F) {
 	s, _ := EncodeAssignment(sampleAssignment())
 	f.Add(s)

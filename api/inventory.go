@@ -41,6 +41,10 @@ type Card struct {
 	// schedulers decode strictly: it travels in AnnotationContextReserve, and the
 	// readers (Decoders.NodeInventory) fill it in.
 	ContextReserveMiB int64 `json:"-"`
+	// Cordon is set when an administrator has cordoned the card: it takes no new
+	// task. Like the reserve it is not part of the inventory document: it travels in
+	// AnnotationCordonedCards, which the readers apply.
+	Cordon *CardCordon `json:"-"`
 }
 
 // LinkType is the connection between two cards, in nvidia-smi topo notation.

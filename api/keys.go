@@ -27,6 +27,11 @@ const (
 	AnnotationContextReserve = Prefix + "context-reserve"
 )
 
+// AnnotationCordonedCards is the node annotation an administrator writes (kubectl
+// tessera cordon) to keep new vGPU tasks off some of the node's cards (see
+// NodeCordons). The node agent never writes it; the chart's admission policy refuses it.
+const AnnotationCordonedCards = Prefix + "cordoned-cards"
+
 // Pod annotations written by the scheduler and the node agent.
 const (
 	// AnnotationAssignment holds the cards chosen for each container (see PodAssignment).

@@ -69,8 +69,9 @@ func (c *decodeCache[T]) sweep() {
 type Decoders struct {
 	inventories decodeCache[*NodeInventory]
 	reserves    decodeCache[*NodeContextReserve]
-	// withReserves holds inventories merged with their reserves, keyed by both
-	// annotations: one copy per node and value, not one per session.
+	cordons     decodeCache[*NodeCordons]
+	// withReserves holds inventories merged with their reserves and cordons, keyed by
+	// the three annotations: one copy per node and value, not one per session.
 	withReserves  decodeCache[*NodeInventory]
 	assignments   decodeCache[*PodAssignment]
 	volcanoCards  decodeCache[[][]CardAssignment]
@@ -78,6 +79,8 @@ type Decoders struct {
 	// badReserves holds, per node, the malformed reserve annotation already logged:
 	// the scheduler reads every node every session, and says so once.
 	badReserves decodeCache[struct{}]
+	// badCordons does the same for a cordon annotation the scheduler cannot read.
+	badCordons decodeCache[struct{}]
 }
 
 // Sweep forgets every annotation not read since the previous Sweep (pods gone, nodes
@@ -90,6 +93,8 @@ func (d *Decoders) Sweep() {
 	d.reserves.sweep()
 	d.withReserves.sweep()
 	d.badReserves.sweep()
+	d.cordons.sweep()
+	d.badCordons.sweep()
 	d.assignments.sweep()
 	d.volcanoCards.sweep()
 	d.registrations.sweep()
@@ -106,7 +111,8 @@ func cached[T any](d *Decoders, c func(*Decoders) *decodeCache[T], s string, dec
 // ReadNodeInventory reads a node's cards as the scheduler does: Tessera's own
 // inventory first (refused when its heartbeat is older than heartbeatTimeout), with
 // each card's context reserve from AnnotationContextReserve, then the HAMi volcano
-// device plugin's registration. It returns nil, nil for a node without vGPU cards,
+// device plugin's registration; either with each card's cordon from
+// AnnotationCordonedCards. It returns nil, nil for a node without vGPU cards,
 // and an error a user can act on when the annotations are unusable. The CLI's explain
 // and nodes commands call it so that they see what the scheduler sees.
 func ReadNodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*NodeInventory, error) {
@@ -129,21 +135,36 @@ func (d *Decoders) NodeInventory(node *corev1.Node, now time.Time, heartbeatTime
 				return nil, fmt.Errorf("node agent heartbeat is %s old (limit %s)", age.Round(time.Second), heartbeatTimeout)
 			}
 		}
+		cordons, err := d.cordonsOf(node)
+		if err != nil {
+			return nil, err
+		}
 		r := d.contextReserve(node)
-		if r == nil {
+		if r == nil && cordons == nil {
 			return inv, nil
 		}
-		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.withReserves },
-			s+"\x00"+node.Annotations[AnnotationContextReserve], func(string) (*NodeInventory, error) { return inv.WithContextReserve(r), nil })
+		key := s + "\x00" + node.Annotations[AnnotationContextReserve] + "\x00" + node.Annotations[AnnotationCordonedCards]
+		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.withReserves }, key,
+			func(string) (*NodeInventory, error) { return inv.WithContextReserve(r).WithCordons(cordons), nil })
 	}
 	if s, ok := node.Annotations[VolcanoNodeRegister]; ok {
-		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.registrations }, s, func(s string) (*NodeInventory, error) {
+		inv, err := cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.registrations }, s, func(s string) (*NodeInventory, error) {
 			cards, err := DecodeVolcanoNodeRegister(s)
 			if err != nil {
 				return nil, err
 			}
 			return InventoryFromVolcano(cards), nil
 		})
+		if err != nil {
+			return nil, err
+		}
+		// An administrator cordons the cards of a node still on HAMi's agent alike.
+		cordons, err := d.cordonsOf(node)
+		if err != nil || cordons == nil {
+			return inv, err
+		}
+		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.withReserves },
+			"hami\x00"+s+"\x00"+node.Annotations[AnnotationCordonedCards], func(string) (*NodeInventory, error) { return inv.WithCordons(cordons), nil })
 	}
 	return nil, nil
 }
@@ -167,6 +188,31 @@ func (d *Decoders) contextReserve(node *corev1.Node) *NodeContextReserve {
 		return struct{}{}, nil
 	})
 	return nil
+}
+
+// cordonsOf reads the node's AnnotationCordonedCards; nil when it is absent. One this
+// build cannot read (malformed, or a newer version) makes the whole node refuse new
+// vGPU tasks with the decoder's error as the reason: a cordon keeps work off a card
+// that may be failing, and which card was meant cannot be told, so no card of the node
+// is trusted until the annotation is fixed (docs/contract.md). The scheduler also logs
+// it, once per node and value.
+func (d *Decoders) cordonsOf(node *corev1.Node) (*NodeCordons, error) {
+	s, ok := node.Annotations[AnnotationCordonedCards]
+	if !ok {
+		return nil, nil
+	}
+	c, err := cached(d, func(d *Decoders) *decodeCache[*NodeCordons] { return &d.cordons }, s, DecodeCordons)
+	if err == nil {
+		return c, nil
+	}
+	if d != nil {
+		_, _ = d.badCordons.get(node.Name+"\n"+s, func(string) (struct{}, error) {
+			klog.ErrorS(err, "Node's card cordon annotation is unreadable; none of its cards takes a new vGPU task until it is fixed or removed",
+				"node", node.Name, "annotation", AnnotationCordonedCards)
+			return struct{}{}, nil
+		})
+	}
+	return nil, fmt.Errorf("%w; no card of the node takes a new vGPU task until it is fixed or removed", err)
 }
 
 // ErrNoAssignment is wrapped when a pod carries neither Tessera's assignment nor

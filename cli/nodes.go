@@ -2,6 +2,7 @@ package cli
 
 import (
 	"strings"
+	"time"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
@@ -47,6 +48,15 @@ type CardView struct {
 	MIG     bool     `json:"mig,omitempty"`
 	NUMA    int      `json:"numa"`
 	Pods    []Tenant `json:"pods"`
+	// Cordon is set when an administrator has cordoned the card: it takes no new
+	// vGPU task (added within cli.tessera.io/v1; absent otherwise).
+	Cordon *CordonView `json:"cordon,omitempty"`
+}
+
+// CordonView is a card's cordon: the administrator's reason and since when (RFC 3339).
+type CordonView struct {
+	Reason string `json:"reason,omitempty"`
+	Since  string `json:"since"`
 }
 
 // Nodes computes the per-node, per-card view.
@@ -77,6 +87,9 @@ func cardView(c *placement.CardState, tenants []Tenant) CardView {
 		Healthy: c.Healthy, MIG: c.MIG, NUMA: c.NUMA, Pods: tenants}
 	if v.Pods == nil {
 		v.Pods = []Tenant{}
+	}
+	if c.Cordon != nil {
+		v.Cordon = &CordonView{Reason: c.Cordon.Reason, Since: c.Cordon.Since.UTC().Format(time.RFC3339)}
 	}
 	for _, t := range tenants {
 		if t.Cores == 100 {

@@ -41,13 +41,7 @@ func nodesTable(nodes []NodeView) *metav1.Table {
 			continue
 		}
 		for _, c := range n.Cards {
-			health := "ok"
-			switch {
-			case c.MIG:
-				health = "mig"
-			case !c.Healthy:
-				health = "UNHEALTHY"
-			}
+			health := cardHealth(c)
 			row(n.Name, strconv.Itoa(c.Index), c.Model, fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB),
 				fmt.Sprintf("%d%%", c.UsedCores), fmt.Sprintf("%d/%d", c.Tenants, c.Shares), dash(c.QoS), health,
 				c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, podList(c.Pods))
@@ -80,3 +74,31 @@ func pickNodes(view []NodeView, nodes []corev1.Node, names []string, sel labels.
 	}
 	return picked, missing
 }
+
+// cardHealth is a card's Health cell: ok, mig or UNHEALTHY, and a cordon with its
+// reason (cut at maxCordonCell runes; -o json has all of it).
+func cardHealth(c CardView) string {
+	health := "ok"
+	switch {
+	case c.MIG:
+		health = "mig"
+	case !c.Healthy:
+		health = "UNHEALTHY"
+	}
+	if c.Cordon == nil {
+		return health
+	}
+	if health == "ok" {
+		health = "cordoned"
+	} else {
+		health += ",cordoned"
+	}
+	if r := []rune(c.Cordon.Reason); len(r) > maxCordonCell {
+		return health + ": " + string(r[:maxCordonCell-1]) + "…"
+	} else if len(r) > 0 {
+		return health + ": " + string(r)
+	}
+	return health
+}
+
+const maxCordonCell = 40

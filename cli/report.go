@@ -32,12 +32,15 @@ type QueueColour struct {
 
 // ReportTotals sums the cluster's cards.
 type ReportTotals struct {
-	Nodes          int   `json:"nodes"`
-	Cards          int   `json:"cards"`
-	BusyCards      int   `json:"busyCards"`
-	UnhealthyCards int   `json:"unhealthyCards"`
-	CapacityMiB    int64 `json:"capacityMiB"`
-	UsedMiB        int64 `json:"usedMiB"`
+	Nodes          int `json:"nodes"`
+	Cards          int `json:"cards"`
+	BusyCards      int `json:"busyCards"`
+	UnhealthyCards int `json:"unhealthyCards"`
+	// CordonedCards counts the cards an administrator has cordoned (added within
+	// cli.tessera.io/v1).
+	CordonedCards int   `json:"cordonedCards"`
+	CapacityMiB   int64 `json:"capacityMiB"`
+	UsedMiB       int64 `json:"usedMiB"`
 	// MemoryPercent and CoresPercent are cluster-wide fill, 0..100.
 	MemoryPercent int `json:"memoryPercent"`
 	CoresPercent  int `json:"coresPercent"`
@@ -63,6 +66,9 @@ func BuildReport(nodes []NodeView, now time.Time) *Report {
 			}
 			if !c.Healthy {
 				r.Totals.UnhealthyCards++
+			}
+			if c.Cordon != nil {
+				r.Totals.CordonedCards++
 			}
 			for _, p := range c.Pods {
 				queues[queueName(p.Queue)] = true

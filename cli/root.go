@@ -49,6 +49,7 @@ func newRoot(env Env, extra []Command) *cobra.Command {
 	for _, c := range clusterCommands() {
 		root.AddCommand(c.cobraCommand(env, o))
 	}
+	root.AddCommand(cardCommands(env, o)...)
 	for _, e := range extra {
 		root.AddCommand(extraCommand(env, e))
 	}

@@ -186,6 +186,8 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 	switch {
 	case !c.Healthy:
 		return reject(ReasonUnhealthy, rejectDetail{})
+	case c.Cordon != nil:
+		return reject(ReasonCordoned, rejectDetail{kind: detailCordoned, text: c.Cordon.Reason})
 	case c.MIG:
 		return reject(ReasonMIG, rejectDetail{})
 	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):

@@ -31,6 +31,11 @@ const (
 // not create even one. It applies just before ReasonTooSmall.
 const ReasonContextReserve Reason = "below the CUDA context reserve"
 
+// ReasonCordoned: an administrator has cordoned the card (api.AnnotationCordonedCards);
+// it takes no new task, and its tenants keep running. It applies just after
+// ReasonUnhealthy, and no eviction clears it.
+const ReasonCordoned Reason = "cordoned"
+
 // Resolvable reports whether the reason depends on other tenants' usage, so that
 // evicting or waiting for them could help. The rest are properties of the card or
 // of the request.
@@ -80,6 +85,7 @@ const (
 	detailQoS    // text: the card's class, text2: the pod's
 
 	detailContextReserve // a: MiB wanted, b: the card's reserve MiB, c: % of the card asked (0: MiB asked)
+	detailCordoned       // text: the administrator's reason
 )
 
 // Explain is the refusal's detail: Detail when set, else written from the figures
@@ -114,6 +120,8 @@ func (r CardReject) Explain() string {
 		return itoa(d.a) + " MiB wanted, " + itoa(d.b) + " of " + itoa(d.c) + " MiB free"
 	case detailQoS:
 		return "card hosts " + d.text + " tasks, this pod is " + d.text2 + " (" + api.AnnotationQoS + ")"
+	case detailCordoned:
+		return d.text
 	}
 	return ""
 }
@@ -181,7 +189,40 @@ func (e *FitError) Error() string {
 		return fmt.Sprintf("container %q asks %s; cards on this node need at least %dMi for a CUDA context (contextReserve)",
 			e.Container, asks, d.b)
 	}
-	return fmt.Sprintf("container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+	s := fmt.Sprintf("container %q needs %d cards, %d of %d fit (%s)", e.Container, e.Wanted, e.Fitting, e.Cards, e.histogram())
+	if r, more, ok := e.cordonRefusal(); ok {
+		s += ": " + CordonedText(r.UUID, r.why.text)
+		if more > 0 {
+			s += fmt.Sprintf(" (and %d more cordoned)", more)
+		}
+	}
+	return s
+}
+
+// CordonedText is how a cordoned card is named in a refusal, with the administrator's
+// reason: "card GPU-… is cordoned: ECC errors".
+func CordonedText(uuid, reason string) string {
+	if reason == "" {
+		return "card " + uuid + " is cordoned"
+	}
+	return "card " + uuid + " is cordoned: " + reason
+}
+
+// cordonRefusal is the first cordoned card, to be named with its reason when the
+// cordons are what keep the container off the node (without them, enough cards would
+// be left), and how many other cards are cordoned.
+func (e *FitError) cordonRefusal() (first CardReject, more int, ok bool) {
+	n := 0
+	for _, r := range e.Rejects {
+		if r.Reason != ReasonCordoned {
+			continue
+		}
+		if n == 0 {
+			first = r
+		}
+		n++
+	}
+	return first, n - 1, n > 0 && e.Fitting+n >= e.Wanted
 }
 
 // reserveRefusal is the context-reserve refusal to report instead of the card counts,

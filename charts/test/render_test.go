@@ -18,8 +18,8 @@ func TestDefaultValuesRenderEveryComponent(t *testing.T) {
 	// The scheduler, the agent and the admission webhook (on by default).
 	want := map[string]int{
 		"ConfigMap": 3, "Deployment": 2, "DaemonSet": 1, "Service": 3, "ServiceAccount": 3,
-		// + the CLI viewer and the metrics reader roles
-		"ClusterRole": 5, "ClusterRoleBinding": 3,
+		// + the CLI viewer and card operator and the metrics reader roles
+		"ClusterRole": 6, "ClusterRoleBinding": 3,
 		// leader election and signing (scheduler), uninstall watch and assignment keys (agent),
 		// the self-signed certificate's Secret (webhook)
 		"Role": 5, "RoleBinding": 5,

@@ -29,6 +29,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 		v.Reset()
 	}
 	m.publishCards(p.ledger.EachCard)
+	m.publishOutOfService(p.ledger.EachCard)
 	m.notInCache.Set(float64(p.cacheMissing))
 	if p.shares != nil {
 		m.publishShares(p.shares.Standings())

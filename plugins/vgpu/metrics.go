@@ -20,8 +20,11 @@ import (
 type metrics struct {
 	cardMemory, cardCapacity, cardCores, cardTenants *prometheus.GaugeVec
 	queueMemory, queueCards, pending                 *prometheus.GaugeVec
-	open, placement                                  prometheus.Histogram
-	pluginSeconds                                    *prometheus.CounterVec
+	// outOfService counts the cards that take no new task, by why: the agent's
+	// health check or an administrator's cordon.
+	outOfService    *prometheus.GaugeVec
+	open, placement prometheus.Histogram
+	pluginSeconds   *prometheus.CounterVec
 	// pipelinesRefused counts tasks Volcano pipelined onto cards that would not take them.
 	pipelinesRefused prometheus.Counter
 	// notInCache is the last session's bound vGPU pods missing from Volcano's cache.
@@ -91,6 +94,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pending: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
 			Help: "vGPU tasks left pending by the last session, by the reason most nodes gave.",
+		}, []string{"reason"}),
+		outOfService: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "cards_out_of_service",
+			Help: "Cards of usable nodes that take no new vGPU task, by reason: unhealthy (the node agent) or cordoned (an administrator); a card both counts in each.",
 		}, []string{"reason"}),
 		open: f.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "session_open_seconds",
@@ -169,6 +176,35 @@ func (m *metrics) publishCards(each func(fn func(node string, c *placement.CardS
 		}
 		delete(cs.byKey, k)
 	}
+}
+
+// Reasons of tessera_scheduler_cards_out_of_service.
+const (
+	outUnhealthy = "unhealthy"
+	outCordoned  = "cordoned"
+)
+
+// publishOutOfService counts the unhealthy and the cordoned cards each visits; both
+// series are always set, so that an alert can compare them with zero.
+func (m *metrics) publishOutOfService(each func(fn func(node string, c *placement.CardState))) {
+	counts := outOfServiceCounts(each)
+	for _, reason := range []string{outUnhealthy, outCordoned} {
+		m.outOfService.WithLabelValues(reason).Set(float64(counts[reason]))
+	}
+}
+
+// outOfServiceCounts is the count of cards per reason of the out-of-service gauge.
+func outOfServiceCounts(each func(fn func(node string, c *placement.CardState))) map[string]int {
+	counts := map[string]int{}
+	each(func(_ string, c *placement.CardState) {
+		if !c.Healthy {
+			counts[outUnhealthy]++
+		}
+		if c.Cordon != nil {
+			counts[outCordoned]++
+		}
+	})
+	return counts
 }
 
 // publishShares records every queue's share in base units: memory in bytes, cores in

@@ -447,6 +447,26 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 	})
 }
 
+// The card cordons are an administrator's word on the agent's own node: the agent may
+// neither cordon a card nor lift a cordon (an agent taken over could put a failing card
+// back in service); an administrator writes them (the policy matches only the agent).
+func TestTheAgentMayNotCordonOrUncordonCards(t *testing.T) {
+	ps := policies(t, "")
+	const key = "tessera.io/cordoned-cards"
+	plain := map[string]string{"tessera.io/inventory": "v1", "tessera.io/heartbeat": "t0"}
+	cordoned := map[string]string{"tessera.io/inventory": "v1", "tessera.io/heartbeat": "t0",
+		key: `{"version":"v1","cards":{"GPU-1":{"reason":"ECC","since":"2026-03-01T12:00:00Z"}}}`}
+	republished := map[string]string{"tessera.io/inventory": "v2", "tessera.io/heartbeat": "t1", key: cordoned[key]}
+	run(t, ps, []tcase{
+		{"the agent cordons a card of its node", updateNode(node("node-1", plain), node("node-1", cordoned), agentSA, on("node-1")),
+			[]string{"not " + key}},
+		{"the agent lifts a cordon on its node", updateNode(node("node-1", cordoned), node("node-1", plain), agentSA, on("node-1")),
+			[]string{"not " + key}},
+		{"the agent republishes its inventory beside a cordon", updateNode(node("node-1", cordoned), node("node-1", republished), agentSA, on("node-1")), nil},
+		{"an administrator cordons a card", updateNode(node("node-1", plain), node("node-1", cordoned), "kubernetes-admin", nil), nil},
+	})
+}
+
 // The agent writes only the handoff annotations of the pods bound to its node.
 func TestTheAgentChangesOnlyThePodsOfItsNode(t *testing.T) {
 	ps := policies(t, "")

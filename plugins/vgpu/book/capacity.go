@@ -13,10 +13,10 @@ import (
 // and the supply the queue shares divide.
 
 // Free sums what the healthy cards of nodes that take tasks have free now, and the
-// smallest such card's memory. Total sums what every healthy card would have with
-// every tenant gone, cordoned nodes' too: a cordon is an operator's pause, not a
-// smaller cluster, so a gang is not called one that can never fit while nodes are
-// drained. Enqueue asks both of every job: the sums are kept until the next booking
+// smallest such card's memory; a cordoned card is left out like a cordoned node's.
+// Total sums what every healthy card would have with every tenant gone, cordoned
+// nodes' and cards' too: a cordon is an operator's pause, not a smaller cluster, so a
+// gang is not called one that can never fit while nodes or cards are drained. Enqueue asks both of every job: the sums are kept until the next booking
 // or release.
 func (l *Ledger) Free() (Demand, int64) {
 	c := l.capacity()
@@ -60,14 +60,15 @@ func smallerMemory(smallest, mib int64) int64 {
 }
 
 // forHealthyCards calls fn for every healthy card that is not MIG; withoutCordoned
-// leaves out the cards of cordoned nodes. The caller holds the ledger's lock.
+// leaves out cordoned cards and the cards of cordoned nodes. The caller holds the
+// ledger's lock.
 func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.CardState)) {
 	for _, n := range l.nodes {
 		if withoutCordoned && l.cordoned[n.Name] {
 			continue
 		}
 		for i := range n.Cards {
-			if c := &n.Cards[i]; c.Healthy && !c.MIG {
+			if c := &n.Cards[i]; c.Healthy && !c.MIG && !(withoutCordoned && c.Cordon != nil) {
 				fn(c)
 			}
 		}
@@ -75,7 +76,7 @@ func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.Card
 }
 
 // CardTotals sums the schedulable memory and compute of every card that can take
-// vGPU tasks (healthy, not MIG, on a node that is not cordoned), and the mean card
+// vGPU tasks (healthy, not MIG, neither it nor its node cordoned), and the mean card
 // memory: the supply the queue shares divide.
 func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 	var total fairshare.Amount
@@ -94,7 +95,8 @@ func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 	return total, physical / cards
 }
 
-// NeverFits returns why a request fits no node even with every card idle, or "",
+// NeverFits returns why a request fits no node even with every card idle and
+// uncordoned, or "",
 // and the reason category for the pending metric.
 func (l *Ledger) NeverFits(r *placement.Request) (why, category string) {
 	l.mu.RLock()
@@ -107,7 +109,10 @@ func (l *Ledger) NeverFits(r *placement.Request) (why, category string) {
 	for name, n := range l.nodes {
 		idle := n.Clone()
 		for i := range idle.Cards {
-			idle.Cards[i].Used = placement.Usage{}
+			// Idle, and uncordoned: a cordon is a pause, so the pod waits with the
+			// predicate's reason (the card and why) rather than being called one that
+			// can never run.
+			idle.Cards[i].Used, idle.Cards[i].Cordon = placement.Usage{}, nil
 		}
 		_, ferr := placement.FitPod(idle, r)
 		if ferr == nil {
