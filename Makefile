@@ -164,18 +164,24 @@ isolation-data:
 
 # End to end: a real etcd + kube-apiserver + kube-controller-manager, Volcano's controllers,
 # Tessera's vc-scheduler and simulated GPU nodes (a real kubelet on an in-memory container
-# runtime, our device plugin on fake NVML), all on 127.0.0.1. Needs root (the kubelets' mount
-# namespaces). Binaries are built once into e2e/.cache/bin (first run ~24 min on 2 cores).
+# runtime, our device plugin on fake NVML; two nodes run real containers on containerd and runc
+# for one scenario), all on 127.0.0.1. Needs root (the kubelets' mount namespaces) and, for the
+# real containers, libseccomp-dev. Binaries are built once into e2e/.cache/bin (first run ~27 min
+# on 2 cores).
 # See docs/e2e.md.
 E2E_TIMEOUT ?= 45m
 
 ## e2e: the end-to-end scenarios (queues, gangs, handoff, filters, faults, CPU-only, helm upgrade from the
-## previous chart, the scheduler run from its image when make images has written IMAGES_DIR).
+## previous chart, real containers on containerd and runc, the scheduler run from its image when make images
+## has written IMAGES_DIR).
 e2e:
 	cd e2e/tools/kubelet && $(GO) vet ./fakecri && $(GO) test -count=1 ./fakecri
+	cd e2e/tools/containerd && $(GO) vet ./fakenvidiaruntime && $(GO) test -count=1 ./fakenvidiaruntime
 	cd e2e/tools/helm && $(GO) mod tidy -diff
 	cd e2e/tools/kubectl && $(GO) mod tidy -diff
-	cd e2e && $(GO) vet ./... && $(GO) test -count=1 ./internal/... && TESSERA_E2E_IMAGES=$(abspath $(IMAGES_DIR)) \
+	cd e2e/tools/containerd && $(GO) mod tidy -diff
+	cd e2e/tools/runc && $(GO) mod tidy -diff
+	cd e2e && $(GO) vet ./... && $(GO) test -count=1 ./internal/... ./cmd/... && TESSERA_E2E_IMAGES=$(abspath $(IMAGES_DIR)) \
 		$(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
 ## scale: 1,000 kwok GPU nodes, one generated workload placed by Volcano without a device

@@ -203,11 +203,12 @@ func noOvercommit(t *testing.T) map[string]*workload.CardUse {
 	return l
 }
 
-// handed reads what every node's kubelet handed to its containers.
+// handed reads what every node's kubelet handed to its containers (a real-runtime node
+// added by its scenario included).
 func handed(t *testing.T) *workload.Handed {
 	t.Helper()
 	var dirs, checkpoints []string
-	for _, n := range nodes {
+	for _, n := range cl.Nodes() {
 		dirs = append(dirs, cl.RecordDir(n.Name))
 		checkpoints = append(checkpoints, cl.DeviceCheckpoint(n.Name))
 	}

@@ -107,7 +107,9 @@ func TestTenantAttacks(t *testing.T) {
 
 	// The victim's node agent names every pod on the node in its metrics: the tenant may
 	// not read them, with or without its own account's token.
-	metricsAttacks(t, attacker, victim.Spec.NodeName)
+	metricsAttacks(t, attacker, "the agent's", cl.AgentMetricsURL(victim.Spec.NodeName), "tessera_container_")
+	// So does the scheduler's, with every queue and card: the same guard in front of it.
+	metricsAttacks(t, attacker, "the scheduler's", cl.SchedulerGuardedMetricsURL(), "tessera_scheduler_")
 
 	// A filter list sized to cost the scheduler minutes a session is refused as a reason,
 	// not evaluated: the pod stays unplaced.
@@ -306,27 +308,27 @@ func agentAttacks(t *testing.T, victim *corev1.Pod) {
 	}
 }
 
-// metricsAttacks scrapes the node agent's /metrics as the tenant would: without a token,
-// and with a token of a ServiceAccount of its own namespace (edit there, as the tenant
-// has). Both are refused; the admin's token reads them, so the refusals are the guard's.
-func metricsAttacks(t *testing.T, ns, node string) {
+// metricsAttacks scrapes a component's guarded /metrics (url) as the tenant would:
+// without a token, and with a token of a ServiceAccount of its own namespace (edit there,
+// as the tenant has). Both are refused; the admin's token reads them (series starting with
+// series), so the refusals are the guard's.
+func metricsAttacks(t *testing.T, ns, whose, url, series string) {
 	t.Helper()
 	ctx := context.Background()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "scraper", Namespace: ns}}
-	if _, err := cl.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+	if _, err := cl.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper-edit", Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}}
-	if _, err := cl.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+	if _, err := cl.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	tr, err := cl.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := cl.AgentMetricsURL(node)
 	scrape := func(token string) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -347,13 +349,13 @@ func metricsAttacks(t *testing.T, ns, node string) {
 		who, token string
 		want       int
 	}{{"no token", "", http.StatusUnauthorized}, {"the tenant's ServiceAccount token", tr.Status.Token, http.StatusForbidden}} {
-		if code, body := scrape(c.token); code != c.want || strings.Contains(body, "tessera_container_") {
-			t.Errorf("the agent's /metrics with %s: %d, want %d (body %.200q)", c.who, code, c.want, body)
+		if code, body := scrape(c.token); code != c.want || strings.Contains(body, series) {
+			t.Errorf("%s /metrics with %s: %d, want %d (body %.200q)", whose, c.who, code, c.want, body)
 		} else {
-			t.Logf("the agent's /metrics with %s: %d", c.who, code)
+			t.Logf("%s /metrics with %s: %d", whose, c.who, code)
 		}
 	}
-	if code, body := scrape(cl.Rest.BearerToken); code != http.StatusOK || !strings.Contains(body, "tessera_container_") {
-		t.Errorf("the agent's /metrics with the admin's token: %d, want 200 with the container series (body %.200q)", code, body)
+	if code, body := scrape(cl.Rest.BearerToken); code != http.StatusOK || !strings.Contains(body, series) {
+		t.Errorf("%s /metrics with the admin's token: %d, want 200 with the %s series (body %.200q)", whose, code, series, body)
 	}
 }

@@ -120,6 +120,15 @@ for c in "1,0 0 512" "1,0 1 256" "$UUID1 0 512" "GPU-7e55e7a0-0000-0000-0000-000
       EXPECT_LIMIT=$(($3 * MIB)) EXPECT_HOOKED=1 "$T/t_memory" $s
   done
 done
+# The stub sees only the cards of TESSERA_STUB_DEVICE_DIR (as the end-to-end harness's toolkit mounts
+# them), with their own UUIDs: the limit follows the card's UUID.
+mkdir -p "$TMP/devdir" && echo "GPU-0a0b0c0d-0000-4000-8000-000000000007 3072 40" >"$TMP/devdir/7"
+for s in edge apis; do
+  run "memory/$s on a card of TESSERA_STUB_DEVICE_DIR (its own UUID, 3 GiB card, 1 GiB limit)" env \
+    TESSERA_STUB_DEVICE_DIR="$TMP/devdir" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.devdir$s" \
+    TESSERA_VISIBLE_UUIDS=GPU-0a0b0c0d-0000-4000-8000-000000000007 TESSERA_MEMORY_LIMIT_MIB=1024 \
+    EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
+done
 expect_log "memory: a device that is not one of the container's cards is refused, naming its UUID" \
   "CUDA device 0 is $UUID1, which is not in TESSERA_VISIBLE_UUIDS" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
   LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.unlisted" TESSERA_VISIBLE_UUIDS=$UUID0 \

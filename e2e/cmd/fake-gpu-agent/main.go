@@ -2,22 +2,26 @@
 // go-nvml fake machine instead of the NVIDIA driver. It exists only for the end-to-end
 // harness, so the product binary cmd/vgpu-device-plugin carries no fakes.
 //
-// Usage: fake-gpu-agent --machine=SHAPE [--fault-dir=DIR] [--toolkit-cdi-dir=DIR] [--metrics-auth=kubernetes|none]
-// [vgpu-device-plugin flags...]
+// Usage: fake-gpu-agent --machine=SHAPE [--driver-uuids] [--fault-dir=DIR] [--toolkit-cdi-dir=DIR]
+// [--toolkit-driver-dir=DIR --toolkit-lib-dir=DIR] [--metrics-auth=kubernetes|none] [vgpu-device-plugin flags...]
 //
 // Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
 // nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
-// that they are unique across nodes and stable across restarts of the agent. With
+// that they are unique across nodes and stable across restarts of the agent: GPU-<node>-<index>,
+// or with --driver-uuids in the driver's own form (driverUUID), which vgpu-core parses. With
 // --fault-dir, a file xid-<index> holding an XID number makes that card report the XID
 // (a30x4 and l40sxN machines; see watchFaults), and a file processes-<index> lists the
 // card's processes. With --toolkit-cdi-dir, it first writes
-// the CDI spec the NVIDIA Container Toolkit would write for the machine (toolkit.go).
+// the CDI spec the NVIDIA Container Toolkit would write for the machine (toolkit.go); with
+// --toolkit-driver-dir too, that spec also mounts vgpu-core's stub driver from that directory
+// into --toolkit-lib-dir, and each card as a file the stub reads (a real-runtime node).
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/signal"
 	"strconv"
@@ -45,7 +49,7 @@ func main() {
 		klog.ErrorS(err, "Bad configuration")
 		os.Exit(2)
 	}
-	machine, err := NewMachine(shape, cfg.NodeName)
+	machine, err := NewMachine(shape, cfg.NodeName, own["driver-uuids"] == "true")
 	if err != nil {
 		klog.ErrorS(err, "Bad machine")
 		os.Exit(2)
@@ -63,7 +67,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if dir := own["toolkit-cdi-dir"]; dir != "" {
-		if err := writeToolkitSpec(dir, machine); err != nil {
+		var drv *Driver
+		if own["toolkit-driver-dir"] != "" {
+			drv = &Driver{HostDir: own["toolkit-driver-dir"], LibDir: own["toolkit-lib-dir"]}
+		}
+		if err := writeToolkitSpec(dir, machine, drv); err != nil {
 			klog.ErrorS(err, "Cannot write the toolkit's CDI spec", "dir", dir)
 			os.Exit(1)
 		}
@@ -96,17 +104,21 @@ func main() {
 }
 
 // splitOwnFlags removes this program's own flags (--machine, default dgxa100, and
-// --fault-dir, --toolkit-cdi-dir, --metrics-auth as vgpu-device-plugin has it), as
-// --name=value or --name value, from the arguments.
+// --driver-uuids, --fault-dir, --toolkit-cdi-dir, --toolkit-driver-dir, --toolkit-lib-dir,
+// --metrics-auth as vgpu-device-plugin has it), as --name=value or --name value
+// (--driver-uuids alone means true), from the arguments.
 func splitOwnFlags(args []string) (map[string]string, []string) {
-	own, rest := map[string]string{"machine": "dgxa100", "fault-dir": "", "toolkit-cdi-dir": "", "metrics-auth": "none"}, make([]string, 0, len(args))
+	own, rest := map[string]string{"machine": "dgxa100", "driver-uuids": "false", "fault-dir": "", "toolkit-cdi-dir": "",
+		"toolkit-driver-dir": "", "toolkit-lib-dir": "/usr/lib/x86_64-linux-gnu", "metrics-auth": "none"}, make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(args[i], "--"), "=")
 		if _, ours := own[name]; !ours || !strings.HasPrefix(args[i], "--") {
 			rest = append(rest, args[i])
 			continue
 		}
-		if !hasValue && i+1 < len(args) {
+		if !hasValue && name == "driver-uuids" {
+			value = "true"
+		} else if !hasValue && i+1 < len(args) {
 			i++
 			value = args[i]
 		}
@@ -115,9 +127,13 @@ func splitOwnFlags(args []string) (map[string]string, []string) {
 	return own, rest
 }
 
-// NewMachine builds the named fake machine with UUIDs GPU-<node>-<index>.
-func NewMachine(shape, node string) (nvml.Interface, error) {
+// NewMachine builds the named fake machine with UUIDs GPU-<node>-<index>, or with
+// driverUUIDs in the form the driver reports (driverUUID).
+func NewMachine(shape, node string, driverUUIDs bool) (nvml.Interface, error) {
 	uuid := func(i int) string { return fmt.Sprintf("GPU-%s-%d", node, i) }
+	if driverUUIDs {
+		uuid = func(i int) string { return driverUUID(node, i) }
+	}
 	switch {
 	case shape == "dgxa100":
 		s := nvmlfake.DGXA100()
@@ -135,6 +151,17 @@ func NewMachine(shape, node string) (nvml.Interface, error) {
 		return renamed(nvmlfake.Cards(n), uuid), nil
 	}
 	return nil, fmt.Errorf("unknown machine %q (dgxa100, a30x4, l40sxN)", shape)
+}
+
+// driverUUID is card i's UUID in the driver's form, GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx:
+// vgpu-core matches a CUDA device to its limits by the UUID's 16 bytes, so a card a real
+// process uses (through the stub driver) needs one. The first group is the node name's
+// FNV-1a hash (unique across the harness's nodes), the last the index in decimal digits
+// (GPU-2f1c0a9e-0000-4000-8000-000000000003 is card 3), as the harness reads it.
+func driverUUID(node string, i int) string {
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	return fmt.Sprintf("GPU-%08x-0000-4000-8000-%012d", h.Sum32(), i)
 }
 
 func renamed(m *nvmlfake.Machine, uuid func(int) string) *nvmlfake.Machine {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 	"github.com/tessera-gpu/tessera/e2e/internal/scale"
 )
@@ -35,6 +37,7 @@ func main() {
 	timeout := flag.Duration("timeout", 12*time.Minute, "longest wait for the workload of one scheduler")
 	lock := flag.String("lock", "", "file to flock(2) around each scheduler's cluster (the e2e ports are shared)")
 	crashAt := flag.Float64("crash-at", 0, "kill the scheduler once this fraction of the pods is bound (0.3: 30%) and start it again at once, a crash mid-burst; the over-commit check then covers what the restarted scheduler placed while its cache was loading (0: no crash; not with -profile)")
+	memLimit := flag.String("scheduler-memory-limit", "", "run each scheduler in a memory cgroup of this size, as the chart's scheduler.resources.limits.memory does (e.g. 3Gi); the result records its peak and OOM kills")
 	profile := flag.Duration("profile", 0, "take CPU profiles of this length, back to back, of the live scheduler while it places the workload (cpu-NN.pprof, heap.pprof in each scheduler's directory; 0: none)")
 	out := flag.String("out", "", "directory for the results (default: a new run directory)")
 	rev := flag.String("revision", "", "the code's revision, saved with the results (make scale passes its REVISION; default: git's)")
@@ -75,6 +78,13 @@ func main() {
 	}
 	cfg := scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
 		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, CrashAt: *crashAt, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}
+	if *memLimit != "" {
+		q, err := resource.ParseQuantity(*memLimit)
+		if err != nil || q.Value() <= 0 {
+			fail(fmt.Errorf("-scheduler-memory-limit %q: want a positive quantity such as 3Gi (%v)", *memLimit, err))
+		}
+		cfg.MemoryLimit = q.Value()
+	}
 	if *rev == "" {
 		*rev = revision(root)
 	}

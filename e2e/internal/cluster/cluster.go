@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 	vcclient "volcano.sh/apis/pkg/client/clientset/versioned"
 )
@@ -43,6 +44,9 @@ type Node struct {
 	// NUMANodes, when above 1, is how many NUMA nodes the kubelet sees: they split this
 	// machine's CPUs and memory (kubelet-ns --numa-nodes).
 	NUMANodes int
+	// Runtime is "" for the in-memory runtime (fakecri), RuntimeContainerd for real
+	// containers (runtime.go).
+	Runtime string
 }
 
 // Options configure a cluster.
@@ -56,6 +60,9 @@ type Options struct {
 	ControllerArgs []string
 	// SchedulerArgs are extra vc-scheduler flags (e.g. --enable-pprof).
 	SchedulerArgs []string
+	// SchedulerCgroup, when set, holds every scheduler the cluster starts (a memory limit,
+	// as the chart's scheduler.resources.limits.memory sets one).
+	SchedulerCgroup *MemoryCgroup
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
 	// ChartDir, when set, is the chart whose service accounts and RBAC the scheduler and
@@ -87,6 +94,9 @@ type Cluster struct {
 	// Where the scheduler and each node agent serve /metrics, and when the scheduler
 	// was started (aux.go).
 	schedMetrics string
+	// schedGuarded is the scheduler's /metrics behind Kubernetes authentication and
+	// authorization (--tessera-metrics-auth-address), as the chart serves it.
+	schedGuarded string
 	schedStart   time.Time
 	agentMetrics map[string]string
 	api          *proc
@@ -102,6 +112,13 @@ type Cluster struct {
 	schedConf, agentConfig string
 	// The image whose root file system the scheduler runs from (image.go); nil: Bin.Scheduler.
 	schedImage *Image
+	// The nodes started after Start (AddNode), what ends each node's kubelet supervisor,
+	// each real-runtime node's init (runtime.go), and where the probe image keeps its C
+	// library (the fake toolkit mounts the stub driver there).
+	added       []Node
+	nodeQuit    map[string]chan struct{}
+	inits       map[string]*proc
+	imageLibDir string
 }
 
 // Start brings the cluster up. On error everything already started is stopped.
@@ -110,7 +127,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c := &Cluster{Opts: o, logDir: filepath.Join(o.RunDir, "logs"), agents: map[string]*proc{}, kubelets: map[string]*proc{},
-		gates: map[string]*socketGate{}, quit: make(chan struct{})}
+		gates: map[string]*socketGate{}, quit: make(chan struct{}), nodeQuit: map[string]chan struct{}{}, inits: map[string]*proc{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -198,6 +215,16 @@ func (c *Cluster) Stop() {
 	}
 	for _, f := range closers {
 		f()
+	}
+	c.mu.Lock()
+	added := append([]Node(nil), c.added...)
+	c.mu.Unlock()
+	for _, n := range added {
+		if n.Runtime == RuntimeContainerd {
+			if err := removeCgroups(context.Background(), c.cgroupRoot(n.Name)); err != nil {
+				klog.ErrorS(err, "Cgroups of a real-runtime node left behind", "node", n.Name)
+			}
+		}
 	}
 }
 
@@ -409,6 +436,10 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	gp, err := freePort()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	conf := c.Opts.SchedulerConf
 	c.mu.Lock()
@@ -421,7 +452,10 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err
 	}
 	args = append(args, "--kubeconfig="+kubeconfig, "--scheduler-conf="+conf, "--leader-elect=false", "--enable-healthz", "--enable-metrics",
-		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp))
+		fmt.Sprintf("--listen-address=127.0.0.1:%d", lp), fmt.Sprintf("--healthz-address=127.0.0.1:%d", hp),
+		// The guarded endpoint the chart exposes (metrics.authentication); the harness itself
+		// reads the loopback one.
+		fmt.Sprintf("--tessera-metrics-auth-address=127.0.0.1:%d", gp))
 	// Every assignment is signed and every agent verifies, as the chart runs them.
 	args = append(args, "--tessera-signing-secret="+SigningSecret, "--tessera-signing-keys-configmap="+AssignmentKeys)
 	args = append(args, c.Opts.SchedulerArgs...)
@@ -430,9 +464,15 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		return err
 	}
 	c.add(p)
+	if cg := c.Opts.SchedulerCgroup; cg != nil {
+		if err := cg.Add(p.cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	c.sched, c.schedStart = p, start
 	c.schedMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", lp)
+	c.schedGuarded = fmt.Sprintf("http://127.0.0.1:%d/metrics", gp)
 	c.mu.Unlock()
 	if err := waitFor(ctx, "vc-scheduler healthz", 60*time.Second, p, healthz(hp)); err != nil {
 		return err
@@ -449,6 +489,14 @@ func (c *Cluster) SchedulerMetricsURL() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.schedMetrics
+}
+
+// SchedulerGuardedMetricsURL is the scheduler's /metrics behind Kubernetes
+// authentication and authorization, as the chart serves it to Prometheus.
+func (c *Cluster) SchedulerGuardedMetricsURL() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.schedGuarded
 }
 
 // AgentMetricsURL is where the node's agent serves its Prometheus metrics.

@@ -188,11 +188,16 @@ func (c *Cluster) agentKubeconfig(ctx context.Context, node string) (string, err
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "harness-agent-" + node, Namespace: HarnessNamespace,
+	ctr := corev1.Container{Name: "identity", Image: "busybox"}
+	if n, _ := c.node(node); n.Runtime == RuntimeContainerd {
+		// A real runtime runs it: an image the node has (there is no registry).
+		ctr.Image, ctr.ImagePullPolicy = PauseImage, corev1.PullNever
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: agentIdentityPod(node), Namespace: HarnessNamespace,
 		Labels: map[string]string{"app.kubernetes.io/name": "tessera-harness-agent"}},
 		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: AgentAccount,
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:  []corev1.Container{{Name: "identity", Image: "busybox"}}}}
+			Containers:  []corev1.Container{ctr}}}
 	created, err := c.Client.CoreV1().Pods(HarnessNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("the agent identity pod of %s: %w", node, err)
@@ -202,3 +207,6 @@ func (c *Cluster) agentKubeconfig(ctx context.Context, node string) (string, err
 	}
 	return path, nil
 }
+
+// agentIdentityPod is the name of the pod node's agent token is bound to.
+func agentIdentityPod(node string) string { return "harness-agent-" + node }

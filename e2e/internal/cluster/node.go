@@ -19,7 +19,8 @@ import (
 
 // A simulated GPU node is three processes: our in-memory CRI (fakecri), a real kubelet
 // in a private mount namespace (kubelet-ns) talking to it, and Tessera's node agent on a
-// go-nvml fake machine as the kubelet's device plugin. Its directory holds:
+// go-nvml fake machine as the kubelet's device plugin; a real-runtime node has containerd
+// in fakecri's place (runtime.go). Its directory holds:
 //
 //	cri.sock           the CRI socket
 //	device-plugins/    seen by the kubelet as /var/lib/kubelet/device-plugins: kubelet.sock,
@@ -62,24 +63,44 @@ func (c *Cluster) startNode(ctx context.Context, n Node) error {
 			return err
 		}
 	}
-	sock := filepath.Join(dir, "cri.sock")
-	cri, err := startProc(c.logDir, "cri-"+n.Name, c.Opts.Bin.CRI, "--socket="+sock,
-		"--record-dir="+c.RecordDir(n.Name), "--node="+n.Name, "--cdi-spec-dir="+c.CDIDir(n.Name))
-	if err != nil {
-		return err
+	switch n.Runtime {
+	case RuntimeContainerd:
+		if n.NUMANodes > 1 {
+			return fmt.Errorf("node %s: a real-runtime node shows the host's NUMA nodes", n.Name)
+		}
+		if err := c.startRuntime(ctx, n); err != nil {
+			return err
+		}
+	case "":
+		sock := filepath.Join(dir, "cri.sock")
+		cri, err := startProc(c.logDir, "cri-"+n.Name, c.Opts.Bin.CRI, "--socket="+sock,
+			"--record-dir="+c.RecordDir(n.Name), "--node="+n.Name, "--cdi-spec-dir="+c.CDIDir(n.Name))
+		if err != nil {
+			return err
+		}
+		c.add(cri)
+		if err := waitFor(ctx, "CRI socket of "+n.Name, 30*time.Second, cri, fileExists(sock)); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("node %s: unknown runtime %q", n.Name, n.Runtime)
 	}
-	c.add(cri)
-	if err := waitFor(ctx, "CRI socket of "+n.Name, 30*time.Second, cri, fileExists(sock)); err != nil {
-		return err
-	}
-	if err := c.writeKubeletConfig(n.Name, n.KubeletConfig); err != nil {
+	if err := c.writeKubeletConfig(n); err != nil {
 		return err
 	}
 	if err := c.StartKubelet(ctx, n.Name); err != nil {
 		return err
 	}
-	c.superviseKubelet(n.Name)
+	c.superviseKubelet(n.Name, c.nodeDone(n.Name))
 	if err := c.startPodResourcesRelay(n.Name); err != nil {
+		return err
+	}
+	// As a DaemonSet's pod, the agent starts once its Node exists: an agent that finds no
+	// Node waits 30 s before it looks again (its check for another GPU plugin).
+	if err := waitFor(ctx, "Node "+n.Name+" registered", 60*time.Second, nil, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil, err
+	}); err != nil {
 		return err
 	}
 	if err := c.StartAgent(ctx, n.Name); err != nil {
@@ -96,12 +117,36 @@ func fileExists(path string) func(context.Context) (bool, error) {
 }
 
 func (c *Cluster) node(name string) (Node, bool) {
-	for _, n := range c.Opts.Nodes {
+	for _, n := range c.Nodes() {
 		if n.Name == name {
 			return n, true
 		}
 	}
 	return Node{}, false
+}
+
+// Nodes are the cluster's nodes now: Options.Nodes and those AddNode started.
+func (c *Cluster) Nodes() []Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(append([]Node(nil), c.Opts.Nodes...), c.added...)
+}
+
+// nodeDone is closed when the node is removed or the cluster stops.
+func (c *Cluster) nodeDone(name string) <-chan struct{} {
+	removed := make(chan struct{})
+	c.mu.Lock()
+	c.nodeQuit[name] = removed
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-removed:
+		case <-c.quit:
+		}
+		close(done)
+	}()
+	return done
 }
 
 // writeKubeletConfig writes the node's KubeletConfiguration: no cgroups of its own (and so
@@ -111,7 +156,8 @@ func (c *Cluster) node(name string) (Node, bool) {
 // The node status is computed every second and sent when it changes, so the device
 // plugin's slots (and their health) reach the Node within a second, not at the next
 // 10 s sync.
-func (c *Cluster) writeKubeletConfig(name, extra string) error {
+func (c *Cluster) writeKubeletConfig(n Node) error {
+	name := n.Name
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -121,6 +167,18 @@ func (c *Cluster) writeKubeletConfig(name, extra string) error {
 		return err
 	}
 	dir := c.NodeDir(name)
+	endpoint, cgroups := filepath.Join(dir, "cri.sock"), "cgroupsPerQOS: false\n"
+	if n.Runtime == RuntimeContainerd {
+		// Pod cgroups under a root of the node's own: without them containerd puts every
+		// container at /k8s.io/<id>, shared by every node. The resolver file is the node's,
+		// as /etc/resolv.conf may point into the host's /run, which the node does not see.
+		endpoint = filepath.Join(dir, "containerd.sock")
+		resolv := filepath.Join(dir, "resolv.conf")
+		if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+			return err
+		}
+		cgroups = fmt.Sprintf("cgroupsPerQOS: true\ncgroupRoot: %s\nresolvConf: %s\n", c.cgroupRoot(name), resolv)
+	}
 	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -135,8 +193,7 @@ authorization: {mode: AlwaysAllow}
 containerRuntimeEndpoint: unix://%s
 podLogsDir: %s
 cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
+%senforceNodeAllocatable: []
 failSwapOn: false
 makeIPTablesUtilChains: false
 serializeImagePulls: false
@@ -155,7 +212,7 @@ nodeStatusReportFrequency: 5m
 # which the no-op pod container manager returns as nil (TestFaultForceDeleteWhilePodsStart).
 featureGates:
   InPlacePodVerticalScaling: false
-`, port, healthz, filepath.Join(dir, "cri.sock"), filepath.Join(dir, "pod-logs")) + extra
+`, port, healthz, endpoint, filepath.Join(dir, "pod-logs"), cgroups) + n.KubeletConfig
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
 }
 
@@ -200,6 +257,16 @@ func (c *Cluster) spawnKubelet(name string, prev *proc) (*proc, string, error) {
 	if n.NUMANodes > 1 {
 		ns = append(ns, fmt.Sprintf("--numa-nodes=%d", n.NUMANodes), "--numa-dir="+filepath.Join(dir, "numa"))
 	}
+	if n.Runtime == RuntimeContainerd {
+		// Into the namespaces of the node's init, where containerd runs (runtime.go).
+		c.mu.Lock()
+		init := c.inits[name]
+		c.mu.Unlock()
+		if init == nil {
+			return nil, "", fmt.Errorf("node %s: its runtime is not running", name)
+		}
+		ns = []string{"--join=" + strconv.Itoa(init.cmd.Process.Pid)}
+	}
 	p, err := startProc(c.logDir, "kubelet-"+name, c.Opts.Bin.KubeletNS, append(ns, "--",
 		c.Opts.Bin.Kubelet, "--config="+filepath.Join(dir, "kubelet.yaml"), "--kubeconfig="+c.Kubeconfig,
 		"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+name, "--node-labels="+strings.Join(labels, ","))...)
@@ -215,9 +282,9 @@ func (c *Cluster) spawnKubelet(name string, prev *proc) (*proc, string, error) {
 
 // superviseKubelet restarts the node's kubelet whenever it exits without the harness
 // stopping it (KillKubelet, Stop), as the node's systemd would (kubeletRestart), and logs
-// each such exit with the end of the kubelet's log (KubeletExits). It runs until Stop.
-func (c *Cluster) superviseKubelet(name string) {
-	s := &supervisor{what: "kubelet", node: name, policy: kubeletRestart, quit: c.quit,
+// each such exit with the end of the kubelet's log (KubeletExits). It runs until quit.
+func (c *Cluster) superviseKubelet(name string, quit <-chan struct{}) {
+	s := &supervisor{what: "kubelet", node: name, policy: kubeletRestart, quit: quit,
 		current: func() *proc { return c.kubelet(name) },
 		restart: func(prev *proc) (*proc, error) {
 			p, _, err := c.spawnKubelet(name, prev)
@@ -240,8 +307,9 @@ func (c *Cluster) KubeletExits() []Exit {
 }
 
 // KillKubelet ends the node's kubelet at once, as a crash does; its containers stay in
-// the CRI, as they stay in a container runtime. The harness asked for it: the kubelet's
-// supervisor leaves it down until StartKubelet.
+// the CRI, as they stay in a container runtime (on a real-runtime node they keep running
+// under containerd). The harness asked for it: the kubelet's supervisor leaves it down
+// until StartKubelet.
 func (c *Cluster) KillKubelet(name string) {
 	if p := c.kubelet(name); p != nil {
 		p.kill()
@@ -296,6 +364,13 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 	c.mu.Unlock()
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
 		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
+	}
+	if n.Runtime == RuntimeContainerd {
+		// Cards a real process can use through the stub driver (toolkit.go in the fake agent).
+		c.mu.Lock()
+		libDir := c.imageLibDir
+		c.mu.Unlock()
+		args = append(args, "--driver-uuids", "--toolkit-driver-dir="+filepath.Join(dir, "driver"), "--toolkit-lib-dir="+libDir)
 	}
 	p, err := startProc(c.logDir, "agent-"+name, c.Opts.Bin.Agent, args...)
 	if err != nil {
@@ -397,27 +472,4 @@ func ready(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-// KubeletRSS returns the resident memory of each running kubelet, in bytes.
-func (c *Cluster) KubeletRSS() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int64{}
-	for name, p := range c.kubelets {
-		if done, _ := p.exited(); done {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				out[name] = kb << 10
-			}
-		}
-	}
-	return out
 }

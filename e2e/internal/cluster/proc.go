@@ -36,6 +36,18 @@ type proc struct {
 const runHeader = "==== "
 
 func startProc(logDir, name, bin string, args ...string) (*proc, error) {
+	return startProcWith(procOptions{}, logDir, name, bin, args...)
+}
+
+// procOptions are what some processes need beyond startProc's defaults.
+type procOptions struct {
+	// env is added to the harness's environment.
+	env []string
+	// cloneflags are namespaces the process starts in (a real-runtime node's init).
+	cloneflags uintptr
+}
+
+func startProcWith(o procOptions, logDir, name, bin string, args ...string) (*proc, error) {
 	log, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -43,8 +55,11 @@ func startProc(logDir, name, bin string, args ...string) (*proc, error) {
 	fmt.Fprintf(log, "%s%s %s %v\n", runHeader, time.Now().Format(time.RFC3339), bin, args)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(o.env) > 0 {
+		cmd.Env = append(os.Environ(), o.env...)
+	}
 	// Own process group, and killed with the harness if it dies without Stop.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: o.cloneflags}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

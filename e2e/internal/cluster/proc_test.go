@@ -185,7 +185,7 @@ exec sleep 30
 		t.Fatal(err)
 	}
 	c := &Cluster{Opts: Options{Bin: &Binaries{KubeletNS: script, Kubelet: "kubelet"}, RunDir: dir, Nodes: []Node{{Name: "n1"}}},
-		logDir: filepath.Join(dir, "logs"), kubelets: map[string]*proc{}, quit: make(chan struct{})}
+		logDir: filepath.Join(dir, "logs"), kubelets: map[string]*proc{}, quit: make(chan struct{}), nodeQuit: map[string]chan struct{}{}}
 	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ exec sleep 30
 		t.Fatal(err)
 	}
 	crashing := c.kubelet("n1")
-	c.superviseKubelet("n1")
+	c.superviseKubelet("n1", c.nodeDone("n1"))
 
 	eventually(t, "the crashed kubelet restarted", func() bool {
 		p := c.kubelet("n1")

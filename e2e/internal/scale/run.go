@@ -39,7 +39,11 @@ type Config struct {
 	CrashAt float64
 	// SchedulerFlags are passed to vc-scheduler as they are (a log level to diagnose a run).
 	SchedulerFlags []string
-	Progress       io.Writer
+	// MemoryLimit, when positive, runs every scheduler process in a memory cgroup of this
+	// many bytes, as the chart's scheduler.resources.limits.memory would (its peak and
+	// OOM kills are in the result).
+	MemoryLimit int64
+	Progress    io.Writer
 }
 
 // Result is what one scheduler did with the workload.
@@ -64,13 +68,17 @@ type Result struct {
 	Queues               []QueueShare
 	SchedulerCPU         float64 // seconds, from first submit to the end of the wait
 	RSSMiB, PeakRSSMiB   float64
-	SessionCount         float64
-	SessionP50           float64 // milliseconds
-	SessionP90           float64
-	SessionP99           float64
-	SessionMean          float64
-	LoadStart, LoadEnd   float64
-	LoadMean             float64
+	// Under MemoryLimit: the limit, the cgroup's peak (every scheduler process of the run,
+	// from its first second) and the kernel's OOM kills in it.
+	MemoryLimitMiB, CgroupPeakMiB float64 `json:",omitempty"`
+	OOMKills                      int64   `json:",omitempty"`
+	SessionCount                  float64
+	SessionP50                    float64 // milliseconds
+	SessionP90                    float64
+	SessionP99                    float64
+	SessionMean                   float64
+	LoadStart, LoadEnd            float64
+	LoadMean                      float64
 	// Restart: jobs submitted while the scheduler was down, from its start to the first
 	// and to the last of their pods bound (seconds); -1 when some never were.
 	// RestartCreated is from its start to the first of their pods created (Volcano's job
@@ -134,6 +142,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := restart(ctx, c, b.tr, cfg, b.res); err != nil {
 			return nil, err
 		}
+	}
+	if cg := c.Opts.SchedulerCgroup; cg != nil {
+		peak, kills, err := cg.Peak()
+		if err != nil {
+			return nil, fmt.Errorf("the scheduler's memory cgroup: %w", err)
+		}
+		b.res.MemoryLimitMiB, b.res.CgroupPeakMiB, b.res.OOMKills = float64(cfg.MemoryLimit)/(1<<20), float64(peak)/(1<<20), kills
 	}
 	return b.res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -25,14 +26,28 @@ func setUp(ctx context.Context, cfg Config) (c *cluster.Cluster, stop func(), er
 	if err != nil {
 		return nil, nil, err
 	}
+	var cg *cluster.MemoryCgroup
+	if cfg.MemoryLimit > 0 {
+		if cg, err = cluster.NewMemoryCgroup(fmt.Sprintf("tessera-scale-%s-%d", cfg.Mode, os.Getpid()), cfg.MemoryLimit); err != nil {
+			return nil, nil, err
+		}
+	}
 	c, err = cluster.Start(ctx, cluster.Options{Bin: cfg.Bin, RunDir: cfg.RunDir, SchedulerConf: conf,
 		// Volcano's job controller creates every pod; at its default 50 requests/s and three
 		// workers it, not the scheduler, would set the pace of a thousand-node run.
-		ControllerArgs: []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
-		SchedulerArgs:  schedulerArgs(cfg),
-		Progress:       cfg.Progress})
+		ControllerArgs:  []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
+		SchedulerArgs:   schedulerArgs(cfg),
+		SchedulerCgroup: cg,
+		Progress:        cfg.Progress})
 	if err != nil {
 		return nil, nil, err
+	}
+	if cg != nil {
+		defer func() {
+			if err != nil {
+				_ = cg.Remove()
+			}
+		}()
 	}
 	if err := StartKwok(c, cfg.Kwok, cfg.RunDir, cfg.PodLife); err != nil {
 		c.Stop()
@@ -40,7 +55,13 @@ func setUp(ctx context.Context, cfg Config) (c *cluster.Cluster, stop func(), er
 	}
 	// Heartbeats from the start: Volcano drops a node whose handshake is a minute old.
 	beat, stopBeat := context.WithCancel(ctx)
-	stop = func() { stopBeat(); c.Stop() }
+	stop = func() {
+		stopBeat()
+		c.Stop()
+		if cg != nil {
+			_ = cg.Remove()
+		}
+	}
 	go heartbeats(beat, c.Client, cfg.Nodes, cfg.Progress)
 	if err := setup(ctx, c, cfg); err != nil {
 		stop()

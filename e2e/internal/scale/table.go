@@ -85,6 +85,12 @@ func WriteTable(w io.Writer, rs []*Result) {
 	}))
 	col("Scheduler CPU (submit → end)", func(r *Result) string { return fmt.Sprintf("%.1f s", r.SchedulerCPU) })
 	col("Scheduler RSS at end / peak", func(r *Result) string { return fmt.Sprintf("%.0f / %.0f MiB", r.RSSMiB, r.PeakRSSMiB) })
+	col("Memory cgroup: peak / limit, OOM kills", func(r *Result) string {
+		if r.MemoryLimitMiB == 0 {
+			return "no limit"
+		}
+		return fmt.Sprintf("%.0f / %.0f MiB, %d", r.CgroupPeakMiB, r.MemoryLimitMiB, r.OOMKills)
+	})
 	col("Sessions: count, p50 / p90 / p99, mean", func(r *Result) string {
 		return fmt.Sprintf("%.0f, %.0f / %.0f / %.0f ms, %.0f ms", r.SessionCount, r.SessionP50, r.SessionP90, r.SessionP99, r.SessionMean)
 	})

@@ -60,7 +60,18 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 		for _, msg := range checkCards(r, uuids) {
 			fail("container %s: %s", ca.Name, msg)
 		}
-		for src, env := range map[string]map[string]string{"env": r.Env, "limits file": r.LimitsFile} {
+		sources := map[string]map[string]string{"env": r.Env, "limits file": r.LimitsFile}
+		// A pod spec may set the variables itself (its values come after the device
+		// plugin's, and win); vgpu-core then reads the limits file only, and says so.
+		if own := podLimitEnv(p, ca.Name); len(own) > 0 {
+			delete(sources, "env")
+			for k, v := range own {
+				if r.Env[k] != v {
+					fail("container %s: its pod spec sets %s=%q, the runtime got %q", ca.Name, k, v, r.Env[k])
+				}
+			}
+		}
+		for src, env := range sources {
 			got, err := perCard(env)
 			if err != nil {
 				fail("container %s %s: %v", ca.Name, src, err)
@@ -101,6 +112,23 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 		}
 	}
 	return bad
+}
+
+// podLimitEnv is what the pod spec itself sets the container's limit variables to.
+func podLimitEnv(p corev1.Pod, container string) map[string]string {
+	out := map[string]string{}
+	for _, c := range p.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, e := range c.Env {
+			switch e.Name {
+			case api.EnvVisibleUUIDs, api.EnvMemoryLimitMiB, api.EnvSMLimit:
+				out[e.Name] = e.Value
+			}
+		}
+	}
+	return out
 }
 
 // hostPathIn maps a path inside a container to the host through its mounts (the most
@@ -155,9 +183,10 @@ func checkHook(r CRIRecord, lib string) []string {
 }
 
 // CRIOvercommitted sums, per card, the limits the CRI records of the live pods' containers
-// carry (what was actually handed over, not what was assigned) and lists every card
-// whose memory limits exceed its memory or whose capped SM limits exceed 100%. An
-// uncapped SM limit (100) is left out of the SM sum: a memory-only share gets it too.
+// carry (what was actually handed over, not what was assigned: the limits file, which is
+// what vgpu-core enforces, else the environment) and lists every card whose memory limits
+// exceed its memory or whose capped SM limits exceed 100%. An uncapped SM limit (100) is
+// left out of the SM sum: a memory-only share gets it too.
 func CRIOvercommitted(l map[string]*CardUse, pods []corev1.Pod, h *Handed) []string {
 	type sum struct{ mem, sm int64 }
 	sums := map[string]*sum{}
@@ -167,10 +196,17 @@ func CRIOvercommitted(l map[string]*CardUse, pods []corev1.Pod, h *Handed) []str
 		}
 		for _, c := range p.Spec.Containers {
 			r, ok := h.Records[string(p.UID)+"/"+c.Name]
-			if !ok || r.Env[api.EnvVisibleUUIDs] == "" {
+			if !ok {
 				continue
 			}
-			uuids, mem, sm := split(r.Env[api.EnvVisibleUUIDs]), split(r.Env[api.EnvMemoryLimitMiB]), split(r.Env[api.EnvSMLimit])
+			limits := r.Env
+			if r.LimitsFile[api.EnvVisibleUUIDs] != "" {
+				limits = r.LimitsFile
+			}
+			if limits[api.EnvVisibleUUIDs] == "" {
+				continue
+			}
+			uuids, mem, sm := split(limits[api.EnvVisibleUUIDs]), split(limits[api.EnvMemoryLimitMiB]), split(limits[api.EnvSMLimit])
 			for i, u := range uuids {
 				k := p.Spec.NodeName + "/" + u
 				if sums[k] == nil {

@@ -10,8 +10,11 @@ import (
 )
 
 // CRIRecord is what a node's kubelet passed to one container in CreateContainer, as the
-// in-memory CRI (e2e/tools/kubelet/fakecri, type Record) writes it.
+// in-memory CRI (e2e/tools/kubelet/fakecri, type Record) writes it; on a real-runtime node,
+// what runc was given, after the CRI's CDI injection (e2e/tools/containerd/fakenvidiaruntime
+// writes it, with Runtime set and no CDI device names: an OCI spec holds their edits).
 type CRIRecord struct {
+	Runtime     string            `json:"runtime,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Pod         string            `json:"pod"`
 	UID         string            `json:"uid"`

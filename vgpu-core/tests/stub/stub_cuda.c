@@ -119,11 +119,13 @@ static uint64_t env_list(const char *name, int i, uint64_t dflt)
 
 static void setup(void)
 {
-    ndev = (int)env_list("TESSERA_STUB_DEVICES", 0, 1);
-    ndev = ndev < 1 ? 1 : ndev > MAX_DEV ? MAX_DEV : ndev;
+    const struct stub_dir_card *dir;
+    int ndir = stub_dir_cards(&dir);
+    ndev = ndir >= 0 ? ndir : (int)env_list("TESSERA_STUB_DEVICES", 0, 1);
+    ndev = ndir >= 0 ? ndev : ndev < 1 ? 1 : ndev > MAX_DEV ? MAX_DEV : ndev;
     for (int i = 0; i < ndev; i++) {
-        devs[i].total = env_list("TESSERA_STUB_MEMORY_MIB", i, 16384) << 20;
-        devs[i].sms = (unsigned)env_list("TESSERA_STUB_SMS", i, 80);
+        devs[i].total = (ndir >= 0 ? dir[i].memory_mib : env_list("TESSERA_STUB_MEMORY_MIB", i, 16384)) << 20;
+        devs[i].sms = ndir >= 0 ? dir[i].sms : (unsigned)env_list("TESSERA_STUB_SMS", i, 80);
         if (!devs[i].sms)
             devs[i].sms = 1;
         primary[i].dev = i;
@@ -222,10 +224,7 @@ API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
     NEED_INIT();
     if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    static const unsigned char prefix[4] = {0x7e, 0x55, 0xe7, 0xa0};
-    memset(u, 0, sizeof *u);
-    memcpy(u->bytes, prefix, 4);
-    u->bytes[15] = (char)phys(d);
+    stub_uuid_bytes(phys(d), (unsigned char *)u->bytes);
     return CUDA_SUCCESS;
 }
 

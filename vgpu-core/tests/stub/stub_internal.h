@@ -18,8 +18,19 @@ struct ctx {
     uint64_t limit_bytes[3]; /* what cuCtxSetLimit reserved, per CUlimit */
 };
 
-/* The UUID string of physical card phys ("GPU-7e55e7a0-…-0000000000<phys in hex>"). */
+/* The UUID of physical card phys: the card's own from TESSERA_STUB_DEVICE_DIR, else
+ * GPU-7e55e7a0-…-0000000000<phys in hex>. */
+void stub_uuid_bytes(int phys, unsigned char out[16]);
 void stub_uuid_string(int phys, char *buf, size_t len);
+
+/* The cards of TESSERA_STUB_DEVICE_DIR, in index order (stub_visible.c); -1 when it is unset. */
+#define STUB_MAX_DIR_CARDS 16
+struct stub_dir_card {
+    unsigned char uuid[16];
+    uint64_t memory_mib;
+    unsigned sms;
+};
+int stub_dir_cards(const struct stub_dir_card **cards);
 /* Fills vis[ordinal] = physical card from CUDA_VISIBLE_DEVICES; returns the number of ordinals. */
 int stub_visible_cards(int ndev, int vis[]);
 

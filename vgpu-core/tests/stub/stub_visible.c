@@ -4,17 +4,122 @@
  * 0..n-1. Like the driver, the list ends at the first entry that names no card (or one already
  * listed); unset means every card in index order, an empty or wholly invalid list means none.
  * NVML does not read it: NVML indices stay the physical cards' (tests/stub/stub_nvml.c).
+ *
+ * TESSERA_STUB_DEVICE_DIR plays what a container runtime with the NVIDIA toolkit does to the real
+ * driver: the driver sees only the cards the container was given. Each card is a file of the
+ * directory (mounted per card by the end-to-end harness's toolkit spec) holding its UUID and memory;
+ * with it set, the stub's cards are those files and nothing else (none when it holds none).
  */
 #include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stub_internal.h"
 
+static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
+static int dir_n = -1; /* -1: TESSERA_STUB_DEVICE_DIR unset */
+static struct stub_dir_card dir_cards[STUB_MAX_DIR_CARDS];
+
+static int numeric(const struct dirent *e)
+{
+    if (!e->d_name[0])
+        return 0;
+    for (const char *c = e->d_name; *c; c++)
+        if (!isdigit((unsigned char)*c))
+            return 0;
+    return 1;
+}
+
+static int by_index(const struct dirent **a, const struct dirent **b)
+{
+    long x = strtol((*a)->d_name, NULL, 10), y = strtol((*b)->d_name, NULL, 10);
+    return (x > y) - (x < y);
+}
+
+/* "GPU-" and 32 hex digits (dashes anywhere) into 16 bytes; 0 on success. */
+static int parse_uuid(const char *s, unsigned char out[16])
+{
+    if (strncmp(s, "GPU-", 4) != 0)
+        return -1;
+    int n = 0;
+    for (s += 4; *s && n < 32; s++) {
+        if (*s == '-')
+            continue;
+        if (!isxdigit((unsigned char)*s))
+            return -1;
+        int v = isdigit((unsigned char)*s) ? *s - '0' : tolower((unsigned char)*s) - 'a' + 10;
+        out[n / 2] = (unsigned char)(n % 2 ? out[n / 2] | v : v << 4);
+        n++;
+    }
+    return n == 32 && *s == '\0' ? 0 : -1;
+}
+
+/* One file per card, named by the card's index on its machine (the order the cards take here):
+ * "UUID MEMORY_MIB [SMS]". A file that does not parse is left out, with a message. */
+static void read_dir(void)
+{
+    const char *dir = getenv("TESSERA_STUB_DEVICE_DIR");
+    if (!dir || !*dir)
+        return;
+    dir_n = 0;
+    struct dirent **ents;
+    int n = scandir(dir, &ents, numeric, by_index);
+    if (n < 0) {
+        fprintf(stderr, "stub driver: cannot read TESSERA_STUB_DEVICE_DIR %s: no cards\n", dir);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char path[4096], uuid[64];
+        unsigned long long mib = 0;
+        unsigned sms = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, ents[i]->d_name);
+        FILE *f = fopen(path, "re");
+        struct stub_dir_card *c = &dir_cards[dir_n];
+        int got = f ? fscanf(f, "%63s %llu %u", uuid, &mib, &sms) : 0;
+        if (f)
+            fclose(f);
+        if (dir_n < STUB_MAX_DIR_CARDS && got >= 2 && mib > 0 && parse_uuid(uuid, c->uuid) == 0) {
+            c->memory_mib = mib;
+            c->sms = sms ? sms : 80;
+            dir_n++;
+        } else {
+            fprintf(stderr, "stub driver: %s: want \"GPU-<uuid> MEMORY_MIB [SMS]\" (at most %d cards); left out\n",
+                    path, STUB_MAX_DIR_CARDS);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+int stub_dir_cards(const struct stub_dir_card **cards)
+{
+    pthread_once(&dir_once, read_dir);
+    *cards = dir_cards;
+    return dir_n;
+}
+
+void stub_uuid_bytes(int phys, unsigned char out[16])
+{
+    const struct stub_dir_card *cards;
+    if (stub_dir_cards(&cards) >= 0) {
+        memcpy(out, cards[phys].uuid, 16);
+        return;
+    }
+    static const unsigned char prefix[4] = {0x7e, 0x55, 0xe7, 0xa0};
+    memset(out, 0, 16);
+    memcpy(out, prefix, 4);
+    out[15] = (unsigned char)phys;
+}
+
 void stub_uuid_string(int phys, char *buf, size_t len)
 {
-    snprintf(buf, len, "GPU-7e55e7a0-0000-0000-0000-0000000000%02x", phys);
+    unsigned char b[16];
+    stub_uuid_bytes(phys, b);
+    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 /* The physical card an entry names, or -1. */

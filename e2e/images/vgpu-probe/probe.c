@@ -1,0 +1,308 @@
+/*
+ * vgpu-probe: the workload of the end-to-end harness's real-runtime scenario. A CUDA program
+ * of the smallest kind, built against vgpu-core's ABI header (no CUDA toolkit): it opens
+ * libcuda.so.1 with dlopen as the CUDA runtime does, so in a Tessera container the preloaded
+ * hook library answers every call, and prints what it sees, one "probe KEY VALUE..." line each.
+ *
+ *   vgpu-probe run      the container's program: report, then a process that holds memory on
+ *                       device 0 while another fills every device until refused, then report
+ *                       again; then a process holds memory again ("probe kept") and it waits for
+ *                       SIGTERM, so its maps and the node agent's view can be read from the host
+ *   vgpu-probe report   uid, visible UUIDs, cuMemGetInfo per device, device nodes, whether the
+ *                       limits file can be opened for writing and its mount's options
+ *   vgpu-probe hold [N] allocates N bytes on device 0 (default a third of its limit and 4097 bytes),
+ *                       says so, keeps them until stdin closes
+ *   vgpu-probe fill     on every device: allocates until refused (chunks halving down to one
+ *                       byte), prints the bytes it got and what cuMemGetInfo said first
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tessera/cuda_abi.h"
+
+#define LIMITS_FILE "/var/run/tessera/limits.env"
+#define MAX_CHUNKS 4096
+
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*count)(int *);
+    CUresult (*uuid)(CUuuid *, CUdevice);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*current)(CUcontext);
+    CUresult (*info)(size_t *, size_t *);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*release)(CUdeviceptr);
+    CUresult (*name)(CUresult, const char **);
+} cu;
+
+static void die(const char *what)
+{
+    printf("probe error %s\n", what);
+    fflush(stdout);
+    exit(1);
+}
+
+static const char *err_name(CUresult rc)
+{
+    const char *s = NULL;
+    if (cu.name && cu.name(rc, &s) == CUDA_SUCCESS && s)
+        return s;
+    return rc == CUDA_SUCCESS ? "CUDA_SUCCESS" : rc == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR";
+}
+
+/* Opens the driver as the CUDA runtime does and initialises it; returns the device count. */
+static int open_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        printf("probe error dlopen libcuda.so.1: %s\n", dlerror());
+        exit(1);
+    }
+#define SYM(field, sym)                                    \
+    if (!(*(void **)&cu.field = dlsym(h, sym)))            \
+        die("the driver lacks " sym);
+    SYM(init, "cuInit") SYM(count, "cuDeviceGetCount") SYM(uuid, "cuDeviceGetUuid")
+    SYM(retain, "cuDevicePrimaryCtxRetain") SYM(current, "cuCtxSetCurrent") SYM(info, "cuMemGetInfo_v2")
+    SYM(alloc, "cuMemAlloc_v2") SYM(release, "cuMemFree_v2")
+#undef SYM
+    *(void **)&cu.name = dlsym(h, "cuGetErrorName");
+    CUresult rc = cu.init(0);
+    if (rc != CUDA_SUCCESS) {
+        printf("probe error cuInit %s\n", err_name(rc));
+        exit(1);
+    }
+    int n = 0;
+    if (cu.count(&n) != CUDA_SUCCESS)
+        die("cuDeviceGetCount");
+    return n;
+}
+
+static void use_device(int d)
+{
+    CUcontext ctx;
+    CUresult rc = cu.retain(&ctx, d);
+    if (rc == CUDA_SUCCESS)
+        rc = cu.current(ctx);
+    if (rc != CUDA_SUCCESS) {
+        printf("probe error context on device %d: %s\n", d, err_name(rc));
+        exit(1);
+    }
+}
+
+static void uuid_string(int d, char *out, size_t len)
+{
+    CUuuid u;
+    if (cu.uuid(&u, d) != CUDA_SUCCESS) {
+        snprintf(out, len, "unknown");
+        return;
+    }
+    const unsigned char *b = (const unsigned char *)u.bytes;
+    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* The options of the mount at path ("ro,nosuid,..."), from /proc/self/mountinfo; "none". */
+static const char *mount_options(const char *path)
+{
+    static char opts[256];
+    snprintf(opts, sizeof opts, "none");
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096], point[4096], o[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "%*s %*s %*s %*s %4095s %255s", point, o) == 2 && strcmp(point, path) == 0)
+            snprintf(opts, sizeof opts, "%s", o); /* the last mount there is the one seen */
+    if (f)
+        fclose(f);
+    return opts;
+}
+
+static int report(void)
+{
+    printf("probe uid %d\n", (int)getuid());
+    int n = open_driver();
+    char line[4096] = "", u[64];
+    for (int d = 0; d < n; d++) {
+        uuid_string(d, u, sizeof u);
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", d ? "," : "", u);
+    }
+    printf("probe uuids %s\n", n ? line : "none");
+    for (int d = 0; d < n; d++) {
+        size_t free = 0, total = 0;
+        use_device(d);
+        CUresult rc = cu.info(&free, &total);
+        uuid_string(d, u, sizeof u);
+        printf("probe meminfo %d %s %zu %zu %s\n", d, u, free, total, err_name(rc));
+    }
+    line[0] = '\0';
+    DIR *dev = opendir("/dev");
+    for (struct dirent *e; dev && (e = readdir(dev));)
+        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9')
+            snprintf(line + strlen(line), sizeof line - strlen(line), " /dev/%s", e->d_name);
+    if (dev)
+        closedir(dev);
+    printf("probe devices%s\n", line[0] ? line : " none");
+    int fd = open(LIMITS_FILE, O_WRONLY);
+    printf("probe limits-write %s\n", fd >= 0 ? "allowed" : strerrorname_np(errno));
+    if (fd >= 0)
+        close(fd);
+    printf("probe limits-mount %s\n", mount_options(LIMITS_FILE));
+    const char *env = getenv("TESSERA_MEMORY_LIMIT_MIB");
+    printf("probe env TESSERA_MEMORY_LIMIT_MIB=%s\n", env ? env : "");
+    return 0;
+}
+
+static int hold(unsigned long long bytes)
+{
+    open_driver();
+    use_device(0);
+    if (bytes == 0) { /* a third of the limit and an odd number of bytes: the fill must end exactly there */
+        size_t free = 0, total = 0;
+        cu.info(&free, &total);
+        bytes = total / 3 + 4097;
+    }
+    CUdeviceptr p;
+    CUresult rc = cu.alloc(&p, (size_t)bytes);
+    printf("probe hold %d %llu %s\n", (int)getpid(), bytes, err_name(rc));
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0)
+        ;
+    if (rc == CUDA_SUCCESS)
+        cu.release(p);
+    return rc == CUDA_SUCCESS ? 0 : 1;
+}
+
+static int fill(void)
+{
+    int n = open_driver();
+    static CUdeviceptr held[MAX_CHUNKS];
+    for (int d = 0; d < n; d++)
+        use_device(d); /* every device's context exists before any is measured */
+    for (int d = 0; d < n; d++) {
+        size_t free = 0, total = 0;
+        char u[64];
+        use_device(d);
+        cu.info(&free, &total);
+        uuid_string(d, u, sizeof u);
+        unsigned long long got = 0;
+        int k = 0;
+        CUresult last = CUDA_SUCCESS;
+        for (size_t chunk = total; chunk > 0 && k < MAX_CHUNKS;) {
+            last = cu.alloc(&held[k], chunk);
+            if (last == CUDA_SUCCESS) {
+                got += chunk;
+                k++;
+            } else {
+                chunk /= 2;
+            }
+        }
+        printf("probe fill %d %s %zu %zu %llu %s\n", d, u, free, total, got, err_name(last));
+        while (k > 0)
+            cu.release(held[--k]);
+    }
+    return 0;
+}
+
+/* Runs this program with args as a child, stdout into the log (or a pipe), stdin from a pipe. */
+static pid_t spawn(char *const argv[], int *to_child, int *from_child)
+{
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) || (from_child && pipe2(out, O_CLOEXEC)))
+        die("pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        dup2(in[0], 0);
+        if (from_child)
+            dup2(out[1], 1);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(in[0]);
+    *to_child = in[1];
+    if (from_child) {
+        close(out[1]);
+        *from_child = out[0];
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static int run(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int in;
+    pid_t r = spawn((char *[]){"vgpu-probe", "report", NULL}, &in, NULL);
+    close(in);
+    if (wait_for(r) != 0)
+        die("report");
+    /* This process opens no context: only the two below count against the limit. */
+    int hold_in, hold_out;
+    pid_t h = spawn((char *[]){"vgpu-probe", "hold", NULL}, &hold_in, &hold_out);
+    char line[256];
+    ssize_t got = read(hold_out, line, sizeof line - 1);
+    line[got > 0 ? got : 0] = '\0';
+    fputs(line, stdout);
+    pid_t f = spawn((char *[]){"vgpu-probe", "fill", NULL}, &in, NULL);
+    close(in);
+    int frc = wait_for(f);
+    close(hold_in);
+    int hrc = wait_for(h);
+    printf("probe children fill=%d hold=%d\n", frc, hrc);
+    r = spawn((char *[]){"vgpu-probe", "report", NULL}, &in, NULL);
+    close(in);
+    wait_for(r);
+    /* One process keeps holding memory until SIGTERM, for the node agent's view of the region. */
+    signal(SIGTERM, on_term);
+    h = spawn((char *[]){"vgpu-probe", "hold", NULL}, &hold_in, &hold_out);
+    got = read(hold_out, line, sizeof line - 1);
+    line[got > 0 ? got : 0] = '\0';
+    if (strncmp(line, "probe hold ", 11) == 0)
+        printf("probe kept %s", line + 11);
+    printf("probe done\n");
+    while (!stop)
+        pause();
+    close(hold_in);
+    wait_for(h);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && strcmp(argv[1], "run") == 0)
+        return run();
+    if (argc >= 2 && strcmp(argv[1], "report") == 0)
+        return report();
+    if (argc >= 2 && strcmp(argv[1], "hold") == 0)
+        return hold(argc >= 3 ? strtoull(argv[2], NULL, 10) : 0);
+    if (argc >= 2 && strcmp(argv[1], "fill") == 0)
+        return fill();
+    fprintf(stderr, "usage: vgpu-probe run|report|hold [BYTES]|fill\n");
+    return 2;
+}

@@ -1,0 +1,345 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/e2e/internal/workload"
+)
+
+// realNodes run real containers: kubelet v1.34 on containerd v2.2 and runc v1.5, in one
+// mount and PID namespace each (cluster.RuntimeContainerd), added by the scenario that
+// uses them and removed after it, so that every other scenario keeps the four in-memory
+// nodes' 24 cards. gpu-r1's agent hands cards over by environment, gpu-r2's as CDI devices.
+var realNodes = []cluster.Node{
+	{Name: "gpu-r1", Machine: "l40sx2", Runtime: cluster.RuntimeContainerd},
+	{Name: "gpu-r2", Machine: "l40sx2", Runtime: cluster.RuntimeContainerd, AgentArgs: []string{"--card-handoff=cdi"}},
+}
+
+// requireRealRuntime skips a scenario when the real runtime could not be built here
+// (libseccomp's headers missing), or fails it where TESSERA_E2E_REQUIRE_REAL_RUNTIME=1
+// (CI installs them).
+func requireRealRuntime(t *testing.T) {
+	t.Helper()
+	if why := cl.Opts.Bin.Runtime.Missing; why != "" {
+		if os.Getenv("TESSERA_E2E_REQUIRE_REAL_RUNTIME") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+}
+
+// Real containers on both handoff modes. On each real-runtime node a pod of two containers
+// runs vgpu-probe, a CUDA program on vgpu-core's stub driver, which the fake toolkit mounts
+// as NVIDIA's toolkit mounts the driver (CDI; in env mode NVIDIA_VISIBLE_DEVICES turned into
+// the same CDI devices, as nvidia-container-runtime does): "root" (1 card, 3000 MiB, its pod
+// spec setting TESSERA_MEMORY_LIMIT_MIB=0) and "user" (2 cards, 2000 MiB each, runAsUser
+// 1000, TESSERA_MEMORY_LIMIT_MIB=999999). For each container: the hook library is in the
+// probe's memory map (read from the host through the node's PID namespace), the CUDA devices'
+// UUIDs are exactly the assignment's, cuMemGetInfo reports the assigned limit, one process
+// holding a third of the limit and another filling the card until refused add up to the
+// limit to the byte (with the context footprint the agent counts per process), the limits
+// file cannot be opened for writing, and the device nodes are the cards'. Then gpu-r1's
+// kubelet is killed and started again: the containers keep running (same processes), and the
+// pod keeps its UID without a restart.
+func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
+	requireRealRuntime(t)
+	ctx := context.Background()
+	for _, n := range realNodes {
+		start := time.Now()
+		if err := cl.AddNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cl.RemoveNode(ctx, n.Name); err != nil {
+				t.Errorf("remove %s: %v", n.Name, err)
+			}
+		}()
+		t.Logf("%s (%s handoff) up, Ready with its inventory, in %s", n.Name, handoffOf(n), time.Since(start).Round(100*time.Millisecond))
+	}
+	namespace := ns(t, "real-runtime")
+	defer cleanup(t, namespace)
+	start := time.Now()
+	for _, n := range realNodes {
+		submit(t, probeJob(namespace, n.Name))
+	}
+	var pods []corev1.Pod
+	for _, n := range realNodes {
+		p, err := workload.WaitPods(ctx, cl.Client, namespace, "probe-"+n.Name, 2*time.Minute, workload.AllPhase(1, corev1.PodRunning))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p...)
+	}
+	t.Logf("both probe pods Running %s after submission", time.Since(start).Round(100*time.Millisecond))
+	h := handed(t)
+	pids := map[string]int{}
+	for _, p := range pods {
+		a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		for _, ca := range a.Containers {
+			r, ok := h.Records[string(p.UID)+"/"+ca.Name]
+			if !ok {
+				t.Errorf("%s/%s: no record from the runtime", p.Name, ca.Name)
+				continue
+			}
+			out, log, err := readProbe(p, ca.Name, time.Minute)
+			if err != nil {
+				t.Errorf("%v\n%s", err, log)
+				continue
+			}
+			t.Logf("%s/%s on %s: %s", p.Name, ca.Name, p.Spec.NodeName, summary(out))
+			for _, b := range checkProbe(out, ca, r) {
+				t.Errorf("%s/%s on %s (%s handoff): %s", p.Name, ca.Name, p.Spec.NodeName, workload.HandoffMode(r), b)
+			}
+			pid, err := containerProcess(r.ID, cluster.ProbePath)
+			if err != nil {
+				t.Errorf("%s/%s: %v", p.Name, ca.Name, err)
+				continue
+			}
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+			if err != nil || !strings.Contains(string(maps), cl.HookLibrary()) {
+				t.Errorf("%s/%s: the hook library %s is not in the memory map of the probe (host pid %d): %v",
+					p.Name, ca.Name, cl.HookLibrary(), pid, err)
+			}
+			pids[p.Spec.NodeName+"/"+ca.Name] = pid
+			checkAgentSees(t, p, ca.Name, out, r)
+		}
+	}
+	for _, n := range realNodes {
+		ctrd, shims, count := cl.RuntimeRSS(n.Name)
+		t.Logf("%s resident: kubelet %d MiB, containerd %d MiB, %d shims %d MiB", n.Name, cl.KubeletRSS()[n.Name]>>20,
+			ctrd>>20, count, shims>>20)
+	}
+	kubeletRestartKeepsContainers(t, "gpu-r1", pods[0], pids)
+}
+
+// kubeletRestartKeepsContainers kills the node's kubelet and starts it again: the
+// containers' processes (host pids, with their start times) outlive it, and the pod keeps
+// its UID and runs without a container restart.
+func kubeletRestartKeepsContainers(t *testing.T, node string, pod corev1.Pod, pids map[string]int) {
+	t.Helper()
+	ctx := context.Background()
+	started := map[string]string{}
+	for k, pid := range pids {
+		started[k] = processStart(pid)
+	}
+	cl.KillKubelet(node)
+	for k, pid := range pids {
+		if strings.HasPrefix(k, node+"/") && (started[k] == "" || processStart(pid) != started[k]) {
+			t.Errorf("%s: the container's process %d did not outlive the kubelet", k, pid)
+		}
+	}
+	start := time.Now()
+	if err := cl.StartKubelet(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitNodeReady(ctx, node, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The Node was Ready all along: the new kubelet is back once it has listed the
+	// runtime's containers (PLEG relists every second) a few times.
+	var relists float64
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		relists = kubeletMetric(ctx, node, "kubelet_pleg_relist_duration_seconds_count")
+		return relists >= 3, nil
+	}); err != nil {
+		t.Fatalf("the restarted kubelet of %s never listed the containers: %v", node, err)
+	}
+	t.Logf("kubelet of %s killed and started again: %.0f relists of the runtime's containers %s later", node, relists,
+		time.Since(start).Round(100*time.Millisecond))
+	after, err := workload.WaitPods(ctx, cl.Client, pod.Namespace, pod.Labels["volcano.sh/job-name"], time.Minute,
+		workload.AllPhase(1, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after[0].UID != pod.UID {
+		t.Errorf("pod %s was replaced across the kubelet restart", pod.Name)
+	}
+	for _, s := range after[0].Status.ContainerStatuses {
+		if s.RestartCount > 0 || s.State.Running == nil {
+			t.Errorf("pod %s container %s after the kubelet restart: %d restarts, state %+v", pod.Name, s.Name, s.RestartCount, s.State)
+		}
+	}
+	for k, pid := range pids {
+		if processStart(pid) != started[k] {
+			t.Errorf("%s: the container's process %d is gone after the kubelet restart", k, pid)
+		}
+	}
+}
+
+// checkAgentSees checks the node agent's metrics for a probe container while its last
+// process holds memory on device 0: the hook library loaded, one live process in the
+// region (the agent finds it in the container's own PID namespace by start time and
+// innermost pid), and exactly its memory and context used on the card.
+func checkAgentSees(t *testing.T, p corev1.Pod, container string, o *probeOutput, r workload.CRIRecord) {
+	t.Helper()
+	var card string
+	for u, f := range o.fill {
+		if f.ordinal == 0 {
+			card = u
+		}
+	}
+	want := float64(o.kept.bytes + contextReserve(r))
+	who := []string{`pod="` + p.Name + `"`, `container="` + container + `"`}
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		used, err := agentSeries(ctx, p.Spec.NodeName, "tessera_container_gpu_memory_used_bytes{", append(who, `uuid="`+card+`"`)...)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		loaded, _ := agentSeries(ctx, p.Spec.NodeName, "tessera_container_hook_loaded{", who...)
+		procs, _ := agentSeries(ctx, p.Spec.NodeName, "tessera_container_gpu_processes{", who...)
+		last = fmt.Sprintf("used %v, hook loaded %v, processes %v", used, loaded, procs)
+		return len(used) == 1 && sum(used) == want && sum(loaded) == 1 && sum(procs) == 1, nil
+	})
+	if err != nil {
+		t.Errorf("%s/%s: the agent's metrics while one process holds %d bytes (and a context of %d) on %s: %s",
+			p.Name, container, o.kept.bytes, contextReserve(r), card, last)
+	}
+}
+
+func sum(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// contextReserve is what vgpu-core counts for each CUDA context, from the limits file.
+func contextReserve(r workload.CRIRecord) uint64 {
+	mib, _ := strconv.ParseUint(r.LimitsFile[api.EnvContextReserveMiB], 10, 64)
+	return mib << 20
+}
+
+// probeJob is a one-pod job on node whose containers run vgpu-probe (see the scenario).
+func probeJob(namespace, node string) *batchv1alpha1.Job {
+	j := workload.Job(namespace, "probe-"+node, "default", 1, workload.Task{Name: "t", Replicas: 1, Containers: []workload.Container{
+		{Name: "root", Cards: 1, MemMiB: 3000, Cores: 30}, {Name: "user", Cards: 2, MemMiB: 2000, Cores: 20}}})
+	spec := &j.Spec.Tasks[0].Template.Spec
+	spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	grace := int64(5)
+	spec.TerminationGracePeriodSeconds = &grace
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.Image, c.ImagePullPolicy, c.Command = cluster.ProbeImage, corev1.PullNever, nil
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].Env = []corev1.EnvVar{{Name: api.EnvMemoryLimitMiB, Value: podMemoryEnv[spec.Containers[i].Name]}}
+	}
+	user := int64(1000)
+	spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsUser: &user, RunAsGroup: &user, RunAsNonRoot: ptr(true)}
+	return j
+}
+
+// checkProbe compares what the probe saw with the container's assignment and handoff.
+func checkProbe(o *probeOutput, ca api.ContainerAssignment, r workload.CRIRecord) []string {
+	var bad []string
+	fail := func(f string, a ...any) { bad = append(bad, fmt.Sprintf(f, a...)) }
+	limits := map[string]uint64{}
+	var want, nodes []string
+	for _, c := range ca.Cards {
+		limits[c.UUID] = uint64(c.MemoryMiB) << 20
+		want = append(want, c.UUID)
+		index, _ := strconv.Atoi(c.UUID[strings.LastIndex(c.UUID, "-")+1:]) // the fake machine's driver UUIDs
+		nodes = append(nodes, "/dev/nvidia"+strconv.Itoa(index))
+	}
+	if got := slices.Sorted(slices.Values(o.uuids)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		fail("the CUDA devices are %v, the assignment's cards %v", o.uuids, want)
+	}
+	if got := slices.Sorted(slices.Values(o.devices)); !slices.Equal(got, slices.Sorted(slices.Values(nodes))) {
+		fail("device nodes %v, want the cards' %v", o.devices, nodes)
+	}
+	reserve := contextReserve(r)
+	if o.hold.rc != "CUDA_SUCCESS" || o.children != "fill=0 hold=0" || o.kept.rc != "CUDA_SUCCESS" {
+		fail("the holding processes: %d bytes, %s, then %d bytes, %s; children %q", o.hold.bytes, o.hold.rc,
+			o.kept.bytes, o.kept.rc, o.children)
+	}
+	for uuid, limit := range limits {
+		if m := o.meminfo[uuid]; m[1] != limit || m[0] != limit-reserve {
+			fail("%s: cuMemGetInfo free %d total %d, want total %d (the assignment) and free %d (less one context)",
+				uuid, m[0], m[1], limit, limit-reserve)
+		}
+		if o.after[uuid] != o.meminfo[uuid] {
+			fail("%s: cuMemGetInfo after both processes ended %v, before %v: memory not given back", uuid, o.after[uuid], o.meminfo[uuid])
+		}
+		f, ok := o.fill[uuid]
+		if !ok {
+			fail("%s: the filling process did not report it", uuid)
+			continue
+		}
+		held := reserve // the filling process's own context
+		if f.ordinal == 0 {
+			held += o.hold.bytes + reserve // the holding process's memory and context
+		}
+		if f.got+held != limit || f.got != f.free || f.rc != "CUDA_ERROR_OUT_OF_MEMORY" {
+			fail("%s (device %d): filled %d bytes, refused with %s; cuMemGetInfo said %d free; "+
+				"want %d = the limit %d less %d held by the two processes, then CUDA_ERROR_OUT_OF_MEMORY",
+				uuid, f.ordinal, f.got, f.rc, f.free, limit-held, limit, held)
+		}
+	}
+	// Root fails on the read-only mount (EROFS); another user on the file's mode first.
+	if !strings.HasPrefix(o.limitsMount, "ro,") || o.limitsWrite != "EROFS" && (o.uid == "0" || o.limitsWrite != "EACCES") {
+		fail("/var/run/tessera/limits.env: mounted %s, opened for writing: %s; want a read-only mount that refuses",
+			o.limitsMount, o.limitsWrite)
+	}
+	// The pod spec's own TESSERA_MEMORY_LIMIT_MIB reached the process (the limits above held
+	// regardless), and the hook library said it ignored it.
+	if env := r.Env[api.EnvMemoryLimitMiB]; env != podMemoryEnv[ca.Name] {
+		fail("the runtime gave the container %s=%q, want the pod spec's %q", api.EnvMemoryLimitMiB, env, podMemoryEnv[ca.Name])
+	}
+	if !slices.ContainsFunc(o.hook, func(l string) bool {
+		return strings.Contains(l, "ignored environment overrides") && strings.Contains(l, api.EnvMemoryLimitMiB)
+	}) {
+		fail("the hook library did not say it ignored the pod's %s (its lines: %q)", api.EnvMemoryLimitMiB, o.hook)
+	}
+	if want := map[string]string{"root": "0", "user": "1000"}[ca.Name]; o.uid != want {
+		fail("ran as uid %s, want %s", o.uid, want)
+	}
+	return bad
+}
+
+// podMemoryEnv is what each probe container's pod spec sets TESSERA_MEMORY_LIMIT_MIB to:
+// no limit, and more than the card has.
+var podMemoryEnv = map[string]string{"root": "0", "user": "999999"}
+
+func summary(o *probeOutput) string {
+	var fills []string
+	for u, f := range o.fill {
+		fills = append(fills, fmt.Sprintf("device %d %s: %d of %d bytes", f.ordinal, u[len(u)-4:], f.got, f.total))
+	}
+	slices.Sort(fills)
+	return fmt.Sprintf("uid %s, cards %v, devices %v, hold %d bytes; fill %s; limits file mounted %s, write: %s; env %s; "+
+		"hook: %q", o.uid, o.uuids, o.devices, o.hold.bytes, strings.Join(fills, ", "), o.limitsMount, o.limitsWrite, o.env,
+		firstOf(o.hook))
+}
+
+func handoffOf(n cluster.Node) string {
+	if slices.Contains(n.AgentArgs, "--card-handoff=cdi") {
+		return "cdi"
+	}
+	return "env"
+}
+
+func firstOf(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s (and %d more)", lines[0], len(lines)-1)
+}
