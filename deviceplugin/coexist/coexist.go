@@ -111,16 +111,22 @@ func (g *Guard) node(ctx context.Context) (*corev1.Node, error) {
 }
 
 // WaitClear returns once no other plugin advertises GPUs on the node (at once when
-// Share is set), or with ctx's error. While it waits, the agent serves nothing.
+// Share is set), or with ctx's error. While it waits, the agent serves nothing. A node
+// it cannot read (not registered yet: the agent started before its kubelet registered
+// the Node, or the API server is away) is read again after 1 s, doubling up to the
+// interval, so that a new node is served as soon as it exists.
 func (g *Guard) WaitClear(ctx context.Context) error {
+	retry := time.Second
 	for {
 		res, err := g.check(ctx)
+		wait := g.interval()
 		if err != nil {
-			klog.ErrorS(err, "Cannot read the node to look for other GPU device plugins; retrying", "node", g.Node)
+			klog.ErrorS(err, "Cannot read the node to look for other GPU device plugins; retrying", "node", g.Node, "in", min(retry, wait))
+			wait, retry = min(retry, wait), retry*2
 		} else if len(res) == 0 || g.Share {
 			return nil
 		}
-		if err := sleep(ctx, g.interval()); err != nil {
+		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
