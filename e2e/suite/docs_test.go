@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,20 +16,33 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // walkedPages are the pages a platform engineer follows from install to a first job; every
 // shell block on them says whether the walk runs it (and how) or why it cannot run here.
 var walkedPages = []string{"first-job.md", "install.md", "migration.md"}
 
-// docBlock is one shell block of a page with its docs-test marker:
+// docBlock is one shell block of a page with its docs-test marker (the last non-blank line
+// before its fence, indented or not, as a block in a list item is):
 //
 //	<!-- docs-test: run -->            run; it must succeed
 //	<!-- docs-test: run output -->     and the "Label:" lines of the output block the page shows next must be there
-//	<!-- docs-test: watch WORD -->     run until its output shows WORD (a command that streams, like get -w)
+//	<!-- docs-test: watch WORD -->     run until its output shows WORD, which it must (a command that streams,
+//	                                   like get -w, or one whose output the page promises shows WORD)
 //	<!-- docs-test: retry 90s -->      run again until it succeeds, for at most that long
+//	<!-- docs-test: render -->         run, with each helm install or helm upgrade in it made a helm template
+//	                                   of the same arguments with --validate (renderHelm): the values it
+//	                                   passes must pass the chart's schema and checks, and the rendered
+//	                                   objects the API server's validation, for a release the end-to-end
+//	                                   cluster cannot run; nothing is installed, the block's other commands
+//	                                   run as written
 //	<!-- docs-test: skip: REASON -->   not run here, for that reason
+//
+// A block in a list item is read as a reader copies it: without the indentation of its fence.
+// In the blocks it runs, the walk puts its values for the pages' <placeholders> (placeholders).
 type docBlock struct {
 	page   string
 	line   int
@@ -40,6 +54,64 @@ type docBlock struct {
 }
 
 var markerRE = regexp.MustCompile(`^<!-- docs-test: (\w+):? ?(.*?) -->$`)
+
+// placeholders are the walk's values for the <placeholders> of the blocks it runs, put in as a
+// reader puts in their own: migration.md's node pool is one node of the cluster (cordoned,
+// labelled and uncordoned by the page's blocks; restorePoolNode puts it back as it was), its
+// HAMi volcano device plugin the names of that plugin's published manifest.
+var placeholders = map[string]string{
+	"<pool-label>":     "kubernetes.io/hostname=" + docsPoolNode,
+	"<hami-namespace>": "kube-system",
+	"<hami-plugin>":    "volcano-device-plugin",
+}
+
+// docsPoolNode is the node that stands for migration.md's node pool; poolLabel is the label the
+// page gives a pool for Tessera's agent.
+const (
+	docsPoolNode = "gpu-d"
+	poolLabel    = "tessera.io/vgpu"
+)
+
+var placeholderRE = regexp.MustCompile(`<[a-z][a-z0-9-]*>`)
+
+// fillPlaceholders puts the walk's values in a block it runs. A placeholder it has no value
+// for is an error: the reader's shell would take it for a redirection.
+func fillPlaceholders(script string) (string, error) {
+	var missing []string
+	filled := placeholderRE.ReplaceAllStringFunc(script, func(p string) string {
+		v, ok := placeholders[p]
+		if !ok {
+			missing = append(missing, p)
+			return p
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("placeholders the walk has no value for (add them to placeholders): %s", strings.Join(missing, ", "))
+	}
+	return filled, nil
+}
+
+// renderHelm comes before the script of a render block: helm install and helm upgrade become
+// helm template with the same arguments and --validate (the chart rendered for the cluster's
+// version and APIs, its values checked against its schema, each object validated by the API
+// server, nothing created), which says how many objects it rendered instead of printing them;
+// every other helm command runs as it is. The block's helm install or upgrade must use flags
+// helm template takes.
+const renderHelm = `helm() {
+	case "$1" in
+	install | upgrade)
+		shift
+		local out
+		out=$(command helm template "$@" --validate) || return
+		echo "docs-test render: helm template $* --validate: $(grep -c '^kind:' <<<"$out") objects"
+		;;
+	*) command helm "$@" ;;
+	esac
+}
+`
+
+var helmInstallRE = regexp.MustCompile(`\bhelm\s+(install|upgrade)\b`)
 
 // readBlocks parses a page; a shell block without a marker is an error naming its line.
 func readBlocks(path string) ([]docBlock, error) {
@@ -55,6 +127,7 @@ func readBlocks(path string) ([]docBlock, error) {
 		inFence     bool
 		fenceLang   string
 		fenceStart  int
+		indent      int
 		waitOutput  = -1
 		unmarked    []string
 		previousTxt string
@@ -65,10 +138,12 @@ func readBlocks(path string) ([]docBlock, error) {
 		n++
 		l := sc.Text()
 		switch {
-		case !inFence && strings.HasPrefix(l, "```"):
-			inFence, fenceLang, fenceStart, lines = true, strings.TrimPrefix(l, "```"), n, nil
+		case !inFence && strings.HasPrefix(strings.TrimLeft(l, " "), "```"):
+			fence := strings.TrimLeft(l, " ")
+			inFence, fenceLang, fenceStart, lines = true, strings.TrimPrefix(fence, "```"), n, nil
+			indent = len(l) - len(fence)
 			marker = markerRE.FindStringSubmatch(previousTxt)
-		case inFence && strings.HasPrefix(l, "```"):
+		case inFence && strings.HasPrefix(strings.TrimLeft(l, " "), "```"):
 			inFence = false
 			body := strings.Join(lines, "\n")
 			switch fenceLang {
@@ -89,7 +164,11 @@ func readBlocks(path string) ([]docBlock, error) {
 				}
 			}
 		case inFence:
-			lines = append(lines, l)
+			body := strings.TrimLeft(l, " ")
+			if len(l)-len(body) > indent {
+				body = l[indent:]
+			}
+			lines = append(lines, body)
 		}
 		if strings.TrimSpace(l) != "" {
 			previousTxt = strings.TrimSpace(l)
@@ -106,9 +185,10 @@ func readBlocks(path string) ([]docBlock, error) {
 
 // TestDocsCommandsRunAsWritten walks the install, first-job and migration pages: every
 // shell block the end-to-end cluster can run is run as written (kubectl, kubectl tessera
-// as a kubectl plugin, against the cluster as its admin), in page order, from a directory
-// holding the first job's file and the repository's config/; each block it cannot run says
-// why on the page.
+// as a kubectl plugin, helm, against the cluster as its admin), in page order, from a
+// directory holding the first job's file and the repository's config/ and charts/, with the
+// walk's values in its <placeholders>; a Helm release of Tessera the cluster cannot run is
+// rendered and validated instead (render); each block it cannot run says why on the page.
 func TestDocsCommandsRunAsWritten(t *testing.T) {
 	ctx := context.Background()
 	bin := t.TempDir()
@@ -129,8 +209,10 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "first-job.yaml"), job, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(root, "config"), filepath.Join(work, "config")); err != nil {
-		t.Fatal(err)
+	for _, dir := range []string{"config", "charts"} {
+		if err := os.Symlink(filepath.Join(root, dir), filepath.Join(work, dir)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+cl.Kubeconfig, "HOME="+work)
 	defer func() {
@@ -145,6 +227,11 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 		}
 		t.Errorf("the first job's pods outlived the walk")
 	}()
+	pool, err := cl.Client.CoreV1().Nodes().Get(ctx, docsPoolNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restorePoolNode(t, pool)
 
 	ran, skipped := 0, 0
 	for _, page := range walkedPages {
@@ -162,11 +249,20 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 				skipped++
 				continue
 			case "run", "watch", "retry":
+			case "render":
+				if !helmInstallRE.MatchString(b.script) {
+					t.Errorf("%s: a render block without a helm install or helm upgrade", where)
+					continue
+				}
 			default:
 				t.Errorf("%s: unknown docs-test verb %q", where, b.verb)
 				continue
 			}
 			ran++
+			if b.script, err = fillPlaceholders(b.script); err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
 			out, err := runBlock(b, work, env)
 			if err != nil {
 				t.Errorf("%s: %v\n$ %s\n%s", where, err, b.script, out)
@@ -188,6 +284,28 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 	t.Logf("%d blocks run, %d skipped with their reasons", ran, skipped)
 }
 
+// restorePoolNode gives the node that stood for migration.md's pool back its cordon and its
+// pool label as they were before the walk.
+func restorePoolNode(t *testing.T, before *corev1.Node) {
+	var label, unschedulable any
+	if v, ok := before.Labels[poolLabel]; ok {
+		label = v
+	}
+	if before.Spec.Unschedulable {
+		unschedulable = true
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"labels": map[string]any{poolLabel: label}},
+		"spec":     map[string]any{"unschedulable": unschedulable},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Client.CoreV1().Nodes().Patch(context.Background(), before.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("node %s not restored after the walk: %v", before.Name, err)
+	}
+}
+
 // shownLabels are the "Label:" words at the start of the lines of an output block.
 func shownLabels(shown string) []string {
 	var out []string
@@ -200,8 +318,12 @@ func shownLabels(shown string) []string {
 // runBlock runs one block with bash -e, as a reader pasting it would, within its verb's
 // rules.
 func runBlock(b docBlock, dir string, env []string) (string, error) {
+	script := b.script
+	if b.verb == "render" {
+		script = renderHelm + script
+	}
 	run := func(ctx context.Context, until string) (string, error) {
-		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", b.script)
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
 		cmd.Dir, cmd.Env = dir, env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
