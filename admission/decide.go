@@ -191,7 +191,7 @@ func queueAnnotation(pod *corev1.Pod) string {
 var readKeys = []string{
 	api.AnnotationGPUTypeInclude, api.AnnotationGPUTypeExclude, api.AnnotationGPUUUIDInclude, api.AnnotationGPUUUIDExclude,
 	api.NvidiaUseGPUType, api.NvidiaNoUseGPUType, api.NvidiaUseGPUUUID, api.NvidiaNoUseGPUUUID,
-	api.AnnotationNodePolicy, api.AnnotationCardPolicy, api.AnnotationNUMABind, api.AnnotationQoS,
+	api.AnnotationNodePolicy, api.AnnotationCardPolicy, api.AnnotationNUMABind, api.AnnotationQoS, api.AnnotationScoreWeights,
 	JobQueueAnnotation, PodQueueAnnotation, GroupAnnotation,
 }
 

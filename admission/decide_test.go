@@ -221,6 +221,7 @@ func TestRefusalIsTheSchedulersReasonWordForWord(t *testing.T) {
 		{api.AnnotationNodePolicy: "fastest"},
 		{api.AnnotationGPUTypeInclude: " , "},
 		{api.AnnotationQoS: "Best-Effort"},
+		{api.AnnotationScoreWeights: "pack=3,topology=1"},
 	} {
 		pod := routed(ann, half)
 		pod.Name = "infer-7d9f-x2b8q" // generated before validating admission

@@ -64,8 +64,12 @@ const (
 	AnnotationGPUUUIDExclude = Prefix + "gpu-uuid-exclude"
 	// AnnotationNodePolicy overrides the node scoring policy: binpack, spread or topology.
 	AnnotationNodePolicy = Prefix + "node-policy"
-	// AnnotationCardPolicy overrides the card choice policy: binpack, spread or topology.
+	// AnnotationCardPolicy overrides the card choice policy: binpack, spread, topology
+	// or idle-only (only cards no other pod uses, and no other pod joins them).
 	AnnotationCardPolicy = Prefix + "card-policy"
+	// AnnotationScoreWeights weighs the terms that rank nodes and cards for the pod
+	// (see ScoreWeights), e.g. "policy=3,topology=1,numa=1".
+	AnnotationScoreWeights = Prefix + "score-weights"
 	// AnnotationNUMABind, when "true", requires all cards of a container on one NUMA node.
 	AnnotationNUMABind = Prefix + "numa-bind"
 	// AnnotationQoS selects the service class: best-effort, fixed-share or burst-share.

@@ -40,6 +40,10 @@ const (
 	// card goes where taking it hurts the node's remaining links least; for nodes,
 	// the node whose best card set is best connected wins.
 	PolicyTopology Policy = "topology"
+	// PolicyIdleOnly is a card policy only (HAMi's mutex): the pod takes only cards no
+	// other pod has booked, and while it holds them no other pod joins. Among idle
+	// cards it chooses as binpack does.
+	PolicyIdleOnly Policy = "idle-only"
 )
 
 // ParsePolicy validates a policy name.
@@ -49,4 +53,24 @@ func ParsePolicy(s string) (Policy, error) {
 		return Policy(s), nil
 	}
 	return "", fmt.Errorf("%w: policy %q: want %s, %s or %s", ErrInvalid, clip(s), PolicyBinpack, PolicySpread, PolicyTopology)
+}
+
+// ParseCardPolicy validates a card policy name: a node policy, or idle-only.
+func ParseCardPolicy(s string) (Policy, error) {
+	if Policy(s) == PolicyIdleOnly {
+		return PolicyIdleOnly, nil
+	}
+	if p, err := ParsePolicy(s); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%w: policy %q: want %s, %s, %s or %s", ErrInvalid, clip(s), PolicyBinpack, PolicySpread,
+		PolicyTopology, PolicyIdleOnly)
+}
+
+// HoldsIdleOnly reports whether a pod with these annotations holds its cards alone
+// (AnnotationCardPolicy idle-only): the book reads it off every placed pod, since the
+// assignment does not record it. idle-only is never a plugin default, so the pod's own
+// annotation is the whole answer.
+func HoldsIdleOnly(ann map[string]string) bool {
+	return ann[AnnotationCardPolicy] == string(PolicyIdleOnly)
 }

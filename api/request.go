@@ -162,6 +162,9 @@ type PodOptions struct {
 	NodePolicy, CardPolicy Policy
 	NUMABind               bool
 	QoS                    QoSClass
+	// Weights are the pod's weights of the terms that rank nodes and cards; the zero
+	// value (no annotation) leaves the plugin's.
+	Weights ScoreWeights
 }
 
 // The most a card filter annotation (tessera.io/gpu-{type,uuid}-{include,exclude} and
@@ -219,8 +222,13 @@ func ParsePodOptions(ann map[string]string) (PodOptions, error) {
 		}
 	}
 	if v, ok := ann[AnnotationCardPolicy]; ok {
-		if o.CardPolicy, err = ParsePolicy(v); err != nil {
+		if o.CardPolicy, err = ParseCardPolicy(v); err != nil {
 			return o, fmt.Errorf("annotation %s: %w", AnnotationCardPolicy, err)
+		}
+	}
+	if v, ok := ann[AnnotationScoreWeights]; ok {
+		if o.Weights, err = ParseScoreWeights(v); err != nil {
+			return o, err
 		}
 	}
 	if v, ok := ann[AnnotationNUMABind]; ok {

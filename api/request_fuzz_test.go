@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -17,10 +18,10 @@ import (
 var userKeys = []string{
 	AnnotationGPUTypeInclude, AnnotationGPUTypeExclude, AnnotationGPUUUIDInclude, AnnotationGPUUUIDExclude,
 	NvidiaUseGPUType, NvidiaNoUseGPUType, NvidiaUseGPUUUID, NvidiaNoUseGPUUUID,
-	AnnotationNodePolicy, AnnotationCardPolicy, AnnotationNUMABind, AnnotationQoS,
+	AnnotationNodePolicy, AnnotationCardPolicy, AnnotationNUMABind, AnnotationQoS, AnnotationScoreWeights,
 }
 
-const keyAliases = "0123456789ab"
+const keyAliases = "0123456789abc"
 
 // filterKeys pairs each filter list with the keys it is read from, Tessera's first.
 var filterKeys = []struct {
@@ -86,6 +87,18 @@ func FuzzParsePodOptions(f *testing.F) {
 		AnnotationGPUTypeExclude + "=" + strings.Repeat("zz,", MaxFilterEntries+1),
 		"0=a100\n3=" + uuid + "\n8=topology\nb=burst-share",
 		"other.io/key=x\n" + AnnotationQoS + "=best-effort",
+		AnnotationScoreWeights + "=policy=3,topology=1,numa=1",
+		AnnotationScoreWeights + "= numa = 2.5 ,,\n" + AnnotationCardPolicy + "=idle-only",
+		AnnotationScoreWeights + "=pack=3",
+		AnnotationScoreWeights + "=numa=-1",
+		AnnotationScoreWeights + "=topology=x",
+		AnnotationScoreWeights + "=policy=1e1",
+		AnnotationScoreWeights + "=policy=11",
+		AnnotationScoreWeights + "=policy=0,topology=0",
+		AnnotationScoreWeights + "=policy=1,policy=2",
+		AnnotationScoreWeights + "=" + strings.Repeat("numa=1,", 20),
+		"c=topology=0.125\n9=idle-only\n8=spread",
+		AnnotationNodePolicy + "=idle-only",
 	} {
 		f.Add(seed)
 	}
@@ -104,6 +117,10 @@ func FuzzParsePodOptions(f *testing.F) {
 			}
 			if !named {
 				t.Fatalf("error names no annotation the pod has: %v", err)
+			}
+			if v, ok := ann[AnnotationScoreWeights]; ok && strings.Contains(err.Error(), "annotation "+AnnotationScoreWeights+":") &&
+				!strings.Contains(err.Error(), strconv.Quote(clip(v))) {
+				t.Fatalf("error does not quote the value as written, %q: %v", clip(v), err)
 			}
 			for _, fk := range filterKeys {
 				for _, k := range []string{fk.tessera, fk.volcano} {
@@ -138,6 +155,9 @@ func FuzzParsePodOptions(f *testing.F) {
 				t.Fatalf("%s: %q lists nothing, and was accepted", key, v)
 			}
 		}
+		if err := checkWeights(ann, o.Weights); err != "" {
+			t.Fatal(err)
+		}
 		// Written back with Tessera's keys, the options read the same.
 		back := map[string]string{AnnotationQoS: string(o.QoS)}
 		for _, fk := range filterKeys {
@@ -154,6 +174,9 @@ func FuzzParsePodOptions(f *testing.F) {
 		if o.NUMABind {
 			back[AnnotationNUMABind] = "true"
 		}
+		if o.Weights.Any() {
+			back[AnnotationScoreWeights] = o.Weights.String()
+		}
 		for _, fk := range filterKeys {
 			// Lowering can lengthen a rune (U+023A is two bytes, U+2C65 three), so a
 			// list at the byte limit may not fit once lowered.
@@ -166,6 +189,34 @@ func FuzzParsePodOptions(f *testing.F) {
 			t.Fatalf("written back as %q, the options read %+v, %v; want %+v", back, again, err, o)
 		}
 	})
+}
+
+// checkWeights says what is wrong with the weights ParsePodOptions accepted from ann,
+// or "": named only where the annotation is, each in 0..MaxScoreWeight, never all 0,
+// and no longer written back than the value was.
+func checkWeights(ann map[string]string, w ScoreWeights) string {
+	v, ok := ann[AnnotationScoreWeights]
+	if !ok {
+		if w.Any() {
+			return fmt.Sprintf("weights %+v without the annotation", w)
+		}
+		return ""
+	}
+	if !w.Any() {
+		return fmt.Sprintf("%q accepted with no term named", v)
+	}
+	for t, named := range w.Named {
+		if f := w.Weight[t]; f < 0 || f > MaxScoreWeight || !named && f != 0 {
+			return fmt.Sprintf("%q read as %+v", v, w)
+		}
+	}
+	if w.Of(TermPolicy, 1) == 0 && w.Of(TermTopology, 1) == 0 && w.Weight[TermNUMA] == 0 {
+		return fmt.Sprintf("%q: every weight 0, and accepted", v)
+	}
+	if len(w.String()) > len(v) {
+		return fmt.Sprintf("%q written back longer, as %q", v, w.String())
+	}
+	return ""
 }
 
 // ContainerRequests either refuses a pod with an ErrInvalid naming the container and

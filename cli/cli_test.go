@@ -315,3 +315,17 @@ func TestExplainSeesTheContextReserve(t *testing.T) {
 		t.Errorf("explain %+v with a malformed reserve, want the pod to fit as if there were none", v)
 	}
 }
+
+// explain books a placed idle-only pod as the scheduler does, from its own card policy
+// annotation: a pod that would fit beside it is told the card is held.
+func TestExplainSeesAnIdleOnlyHolder(t *testing.T) {
+	node := tesseraNode(t, "gpu-m", now, card("GPU-m0", 0, "NVIDIA A100-SXM4-40GB", 40960))
+	holder := placed(t, vgpuPod("team-a", "mutex", "research", 1, 1000, 10), "gpu-m", api.QoSFixedShare, api.HandoffDone,
+		api.CardAssignment{UUID: "GPU-m0", MemoryMiB: 1000, Cores: 10})
+	holder.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+	v := explain(t, []runtime.Object{node, holder, vgpuPod("team-a", "small", "research", 1, 1000, 10)}, "small")
+	if v.Status != ExplainNoNodeFits || len(v.Nodes) != 1 || !strings.Contains(v.Nodes[0].Reason, "card 0 is held by an idle-only pod") ||
+		!v.Nodes[0].Resolvable {
+		t.Errorf("explain %+v\nwant the card held by the idle-only pod, resolvable", v)
+	}
+}

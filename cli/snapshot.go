@@ -192,7 +192,7 @@ func (s *Snapshot) nodeStates() []*nodeState {
 				st.problems = append(st.problems, fmt.Sprintf("%s/%s: bound without an assignment; its cards are not accounted", p.Namespace, p.Name))
 				continue
 			}
-			for _, e := range st.engine.Account(cs, qos) {
+			for _, e := range st.engine.Account(cs, placement.Tenancy{QoS: qos, IdleOnly: api.HoldsIdleOnly(p.Annotations)}) {
 				st.problems = append(st.problems, fmt.Sprintf("%s/%s: %v", p.Namespace, p.Name, e))
 			}
 			if qos == "" {

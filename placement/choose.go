@@ -11,15 +11,16 @@ import (
 // policy score) and writes them, ascending, into out.
 //
 //   - Without a link matrix the k best-scored cards win, as they always have;
-//     a set spread over NUMA nodes gives way to the best one-NUMA set if any.
+//     a set spread over NUMA nodes gives way to the best one-NUMA set if any,
+//     unless preferNUMA is off (the pod weighs NUMA at 0).
 //   - With one, a single card goes to the best-scored card, ties going to the card
 //     whose loss hurts the remaining cards least (topology policy: loss first);
 //     several cards go to the best set by the search objective.
-func choose(n *Node, cands []candidate, k int, p api.Policy, out []int) {
+func choose(n *Node, cands []candidate, k int, p api.Policy, preferNUMA bool, out []int) {
 	switch {
 	case n.topo == nil || len(cands) > maxTopologyCards:
 		chooseByScore(cands, k, out)
-		if k > 1 {
+		if k > 1 && preferNUMA {
 			preferOneNUMA(n, cands, k, out)
 		}
 	case k == 1:

@@ -91,7 +91,7 @@ func TestACordonRefusalIsNotResolvable(t *testing.T) {
 // once the cordon is lifted.
 func TestACordonedCardKeepsItsTenantsBooked(t *testing.T) {
 	n := testNode(cordoned("fan"))
-	if errs := n.Account([]api.ContainerAssignment{{Name: "c", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 30000, Cores: 50}}}}, api.QoSFixedShare); len(errs) > 0 {
+	if errs := n.Account([]api.ContainerAssignment{{Name: "c", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 30000, Cores: 50}}}}, Tenancy{QoS: api.QoSFixedShare}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	n.Cards[0].Cordon = nil

@@ -151,13 +151,13 @@ func BenchmarkCardFilter(b *testing.B) {
 	}
 	check := func(b *testing.B, o *api.PodOptions) {
 		var r CardReject
-		if checkCard(c, c.Used, cr, o, &r) {
+		if checkCard(c, c.Used, cr, o, false, &r) {
 			b.Fatalf("checkCard refused the card: %+v", r)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			checkCard(c, c.Used, cr, o, &r)
+			checkCard(c, c.Used, cr, o, false, &r)
 		}
 	}
 	b.Run("no filter", func(b *testing.B) { check(b, parse(b, nil)) })

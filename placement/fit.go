@@ -18,6 +18,7 @@ type Request struct {
 	NodePolicy api.Policy
 	// TopologyWeight scales the link quality of multi-card containers (0..100) added
 	// to the node score on nodes with a link matrix; 0 leaves node scores link-blind.
+	// The pod's Options.Weights override it and weigh the other terms (weights.go).
 	TopologyWeight float64
 	// GangSize is the pod's gang's minimum member count. A single-card member of a
 	// larger gang is scored by the links from its card to the node's idle cards,
@@ -31,7 +32,8 @@ type Fit struct {
 	Node       string
 	Containers []api.ContainerAssignment
 	// Score is the node's score for this pod, higher is better: 0..100 from the
-	// node policy, plus TopologyWeight × 0..100 link quality on nodes with links.
+	// node policy, plus TopologyWeight × 0..100 link quality on nodes with links;
+	// the pod's weights change the mix (nodeScoreOf).
 	Score float64
 }
 
@@ -54,12 +56,20 @@ func ScorePod(n *Node, req *Request) (float64, *FitError) {
 }
 
 func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
+	// A pod that weighs the terms sees the node's pair weights scaled for card choice.
+	w := &req.Options.Weights
+	if w.Any() {
+		n = n.weighed(w.Of(api.TermTopology, 1), w.Of(api.TermNUMA, 1))
+	}
+	// The NUMA term of the node score is computed only for a pod that weighs it.
+	numaWeighed := w.Of(api.TermNUMA, 0) > 0
+	tenancy := req.Tenancy()
 	// extra is what earlier containers of this pod took, per card; allocated only
 	// once a container has been placed, so the common one-container pod and every
 	// refusal cost no copy of the node.
 	var extra []Usage
-	var grades float64
-	multi := 0
+	var grades, locality float64
+	multi, local := 0, 0
 	fit := &Fit{Node: n.Name}
 	if build {
 		fit.Containers = make([]api.ContainerAssignment, 0, len(req.Containers))
@@ -83,31 +93,34 @@ func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
 			if build {
 				ca.Cards[i] = api.CardAssignment{UUID: c.UUID, MemoryMiB: mem, Cores: cr.Cores}
 			}
-			extra[idx].add(tenantUsage(api.CardAssignment{MemoryMiB: mem, Cores: cr.Cores}, req.Options.QoS))
+			extra[idx].add(tenantUsage(api.CardAssignment{MemoryMiB: mem, Cores: cr.Cores}, tenancy))
 		}
 		if len(chosen) > 1 && n.topo != nil {
 			grades += n.topo.setGrade(chosen)
 			multi++
 		}
+		if len(chosen) > 1 && numaWeighed {
+			locality += numaGrade(n, chosen)
+			local++
+		}
 		if build {
 			fit.Containers = append(fit.Containers, ca)
 		}
 	}
-	fit.Score = nodeScore(n, extra, req.NodePolicy)
+	policy := nodeScore(n, extra, req.NodePolicy)
 	if multi == 0 && req.GangSize > 1 && n.topo != nil && len(req.Containers) == 1 && req.Containers[0].Cards == 1 {
 		if c, ok := onlyCard(extra); ok {
 			grades, multi = n.topo.peerGrade(n, c, req.GangSize-1), 1
 		}
 	}
+	t := nodeTerms{Policy: policy}
 	if multi > 0 {
-		// The link quality of what the pod would get: the whole score under the
-		// topology policy, a weighted bonus under the others.
-		if g := grades / float64(multi); req.NodePolicy == api.PolicyTopology {
-			fit.Score = g
-		} else {
-			fit.Score += req.TopologyWeight * g
-		}
+		t.Links, t.HasLinks = grades/float64(multi), true
 	}
+	if local > 0 {
+		t.NUMA, t.HasNUMA = locality/float64(local), true
+	}
+	fit.Score = nodeScoreOf(t, w, req.NodePolicy, req.TopologyWeight)
 	return fit, nil
 }
 
@@ -140,17 +153,19 @@ func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request
 	cands := buf[:0]
 	var rejects []CardReject
 	var r CardReject
+	idleOnly := req.CardPolicy == api.PolicyIdleOnly
+	weight := req.Options.Weights.Of(api.TermPolicy, 1)
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		used := usedWith(n, extra, i)
-		if checkCard(c, used, cr, &req.Options, &r) || checkQoS(c, used, cr, &req.Options, &r) {
+		if checkCard(c, used, cr, &req.Options, idleOnly, &r) || checkQoS(c, used, cr, &req.Options, &r) {
 			if rejects == nil {
 				rejects = make([]CardReject, 0, len(n.Cards)-i)
 			}
 			rejects = append(rejects, r)
 			continue
 		}
-		cands = append(cands, candidate{idx: i, score: cardScore(c, used, memoryFor(&c.Card, cr), cr.Cores, req.CardPolicy)})
+		cands = append(cands, candidate{idx: i, score: weight * cardScore(c, used, memoryFor(&c.Card, cr), cr.Cores, req.CardPolicy)})
 	}
 	if len(cands) < cr.Cards {
 		return nil, &FitError{Node: n.Name, Container: cr.Name, Wanted: cr.Cards, Fitting: len(cands), Cards: len(n.Cards), Rejects: rejects}
@@ -162,7 +177,7 @@ func fitContainer(n *Node, extra []Usage, cr *api.ContainerRequest, req *Request
 		}
 		return out, nil
 	}
-	choose(n, cands, cr.Cards, req.CardPolicy, out)
+	choose(n, cands, cr.Cards, req.CardPolicy, req.Options.Weights.Of(api.TermNUMA, 1) > 0, out)
 	return out, nil
 }
 
@@ -177,8 +192,9 @@ func memoryFor(c *api.Card, cr *api.ContainerRequest) int64 {
 
 // checkCard applies the hard filters, cheapest and most permanent first, against
 // the card's usage used, and reports whether the card refuses; the refusal goes to
-// r with its figures, not its text (CardReject.Explain).
-func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions, r *CardReject) bool {
+// r with its figures, not its text (CardReject.Explain). idleOnly is whether the pod
+// asks for idle cards only.
+func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOptions, idleOnly bool, r *CardReject) bool {
 	reject := func(reason Reason, d rejectDetail) bool {
 		*r = CardReject{Index: c.Index, UUID: c.UUID, Reason: reason, why: d}
 		return true
@@ -212,6 +228,9 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonContextReserve, rejectDetail{kind: detailContextReserve, a: mem, b: c.ContextReserveMiB, c: pct})
 	case mem > c.CapacityMiB:
 		return reject(ReasonTooSmall, rejectDetail{kind: detailTooSmall, a: mem, b: c.CapacityMiB})
+	}
+	if checkIdle(c, idleOnly, r) {
+		return true
 	}
 	freeCores, freeMiB := 100-used.Cores, c.CapacityMiB-used.MemoryMiB
 	switch {

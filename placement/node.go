@@ -19,6 +19,9 @@ type Usage struct {
 	// Classes counts the shared tenants per QoS class: a card's pool is the class
 	// its shared tenants belong to. Exclusive tenants are outside the pools.
 	Classes ClassCounts
+	// IdleOnly counts the tenants whose pod asked for idle cards only (Tenancy):
+	// while any holds the card, no other pod is placed on it.
+	IdleOnly int32
 }
 
 // CardState is a card with its capacity and current usage.
@@ -75,9 +78,9 @@ func (n *Node) Card(uuid string) *CardState {
 	return nil
 }
 
-// Reserve books an assignment of QoS class qos. It checks every card first and
-// changes nothing unless all of them have room, so a card is never over-committed.
-func (n *Node) Reserve(cs []api.ContainerAssignment, qos api.QoSClass) error {
+// Reserve books an assignment held as t. It checks every card first and changes
+// nothing unless all of them have room, so a card is never over-committed.
+func (n *Node) Reserve(cs []api.ContainerAssignment, t Tenancy) error {
 	need := make(map[int]Usage)
 	for _, c := range cs {
 		for _, a := range c.Cards {
@@ -86,7 +89,7 @@ func (n *Node) Reserve(cs []api.ContainerAssignment, qos api.QoSClass) error {
 				return fmt.Errorf("node %s has no card %s", n.Name, a.UUID)
 			}
 			u := need[i]
-			u.add(tenantUsage(a, qos))
+			u.add(tenantUsage(a, t))
 			need[i] = u
 		}
 	}
@@ -110,9 +113,9 @@ func (n *Node) Reserve(cs []api.ContainerAssignment, qos api.QoSClass) error {
 // Account books an assignment that already exists on the node (a running pod)
 // even if it over-commits a card: ignoring it would hand the same memory out twice.
 // It returns the problems it found so the caller can log them.
-func (n *Node) Account(cs []api.ContainerAssignment, qos api.QoSClass) []error {
+func (n *Node) Account(cs []api.ContainerAssignment, t Tenancy) []error {
 	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
-		card.Used.add(tenantUsage(a, qos))
+		card.Used.add(tenantUsage(a, t))
 		if card.FreeMiB() < 0 || card.FreeCores() < 0 || card.Used.Tenants > card.Shares {
 			return fmt.Errorf("card %d (%s) on %s is over-committed: %d/%d MiB, %d%% cores, %d/%d tenants",
 				card.Index, card.UUID, n.Name, card.Used.MemoryMiB, card.CapacityMiB, card.Used.Cores, card.Used.Tenants, card.Shares)
@@ -121,11 +124,11 @@ func (n *Node) Account(cs []api.ContainerAssignment, qos api.QoSClass) []error {
 	})
 }
 
-// Release returns an assignment's cards, booked with class qos. Usage never goes
-// below zero; a release that would is reported.
-func (n *Node) Release(cs []api.ContainerAssignment, qos api.QoSClass) []error {
+// Release returns an assignment's cards, booked as t. Usage never goes below zero;
+// a release that would is reported.
+func (n *Node) Release(cs []api.ContainerAssignment, t Tenancy) []error {
 	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
-		if err := card.Used.sub(tenantUsage(a, qos)); err != nil {
+		if err := card.Used.sub(tenantUsage(a, t)); err != nil {
 			return fmt.Errorf("card %d (%s) on %s: %w", card.Index, card.UUID, n.Name, err)
 		}
 		return nil
@@ -156,16 +159,25 @@ func (u *Usage) add(d Usage) {
 	u.Cores += d.Cores
 	u.Tenants += d.Tenants
 	u.Classes.add(d.Classes)
+	u.IdleOnly += d.IdleOnly
 }
 
 func (u *Usage) sub(d Usage) error {
 	var err error
-	if d.MemoryMiB > u.MemoryMiB || d.Cores > u.Cores || d.Tenants > u.Tenants || !u.Classes.covers(d.Classes) {
+	if d.MemoryMiB > u.MemoryMiB || d.Cores > u.Cores || d.Tenants > u.Tenants || !u.Classes.covers(d.Classes) ||
+		d.IdleOnly > u.IdleOnly {
 		err = fmt.Errorf("release of %+v exceeds usage %+v; clamped at zero", d, *u)
 	}
 	u.MemoryMiB = max(0, u.MemoryMiB-d.MemoryMiB)
 	u.Cores = max(0, u.Cores-d.Cores)
 	u.Tenants = max(0, u.Tenants-d.Tenants)
 	u.Classes.sub(d.Classes)
+	u.IdleOnly = max(0, u.IdleOnly-d.IdleOnly)
+	if u.IdleOnly > int32(u.Tenants) {
+		// Released as shared what was booked idle-only: a card without tenants must
+		// never stay held.
+		err = fmt.Errorf("release of %+v leaves %d idle-only holders on %d tenants; clamped", d, u.IdleOnly, u.Tenants)
+		u.IdleOnly = int32(u.Tenants)
+	}
 	return err
 }

@@ -27,33 +27,37 @@ func TestRandomAllocationsNeverOvercommit(t *testing.T) {
 			}
 		}
 		type held struct {
-			cs  []api.ContainerAssignment
-			qos api.QoSClass
+			cs []api.ContainerAssignment
+			t  Tenancy
 		}
 		var live []held
 		for step := 0; step < 100; step++ {
 			if len(live) > 0 && rng.Intn(3) == 0 {
 				k := rng.Intn(len(live))
-				if errs := n.Release(live[k].cs, live[k].qos); len(errs) > 0 {
+				if errs := n.Release(live[k].cs, live[k].t); len(errs) > 0 {
 					t.Fatalf("round %d: release of a live assignment failed: %v", round, errs)
 				}
 				live = append(live[:k], live[k+1:]...)
 			} else {
 				r := randomRequest(rng, len(cards))
+				if rng.Intn(4) == 0 {
+					r.CardPolicy = api.PolicyIdleOnly
+				}
 				f, ferr := FitPod(n, r)
 				if ferr != nil {
 					continue
 				}
-				if err := n.Reserve(f.Containers, r.Options.QoS); err != nil {
+				checkIdleOnly(t, n, r, f)
+				if err := n.Reserve(f.Containers, r.Tenancy()); err != nil {
 					t.Fatalf("round %d: FitPod chose %v but Reserve refused: %v", round, f.Containers, err)
 				}
 				checkChoice(t, n, r, f)
-				live = append(live, held{f.Containers, r.Options.QoS})
+				live = append(live, held{f.Containers, r.Tenancy()})
 			}
 			checkInvariants(t, n)
 		}
 		for _, a := range live {
-			n.Release(a.cs, a.qos)
+			n.Release(a.cs, a.t)
 		}
 		for _, c := range n.Cards {
 			if c.Used != (Usage{}) {
@@ -103,10 +107,25 @@ func checkChoice(t *testing.T, n *Node, r *Request, f *Fit) {
 	}
 }
 
+// checkIdleOnly holds a placement, before it is booked, to the idle-only rule both
+// ways: an idle-only pod gets only cards nothing is booked on, and no pod gets a card
+// an idle-only pod holds.
+func checkIdleOnly(t *testing.T, n *Node, r *Request, f *Fit) {
+	t.Helper()
+	for _, c := range f.Containers {
+		for _, a := range c.Cards {
+			used := n.Card(a.UUID).Used
+			if used.IdleOnly > 0 || r.CardPolicy == api.PolicyIdleOnly && used.Tenants > 0 {
+				t.Fatalf("%s pod placed on card %s, which holds %+v", r.CardPolicy, a.UUID, used)
+			}
+		}
+	}
+}
+
 func checkInvariants(t *testing.T, n *Node) {
 	t.Helper()
 	for _, c := range n.Cards {
-		if c.Used.MemoryMiB < 0 || c.Used.Cores < 0 || c.Used.Tenants < 0 {
+		if c.Used.MemoryMiB < 0 || c.Used.Cores < 0 || c.Used.Tenants < 0 || c.Used.IdleOnly < 0 || c.Used.IdleOnly > int32(c.Used.Tenants) {
 			t.Fatalf("card %s negative: %+v", c.UUID, c.Used)
 		}
 		if c.Used.MemoryMiB > c.CapacityMiB || c.Used.Cores > 100 || c.Used.Tenants > c.Shares {
@@ -121,13 +140,13 @@ func checkInvariants(t *testing.T, n *Node) {
 func TestReserveIsAllOrNothing(t *testing.T) {
 	n := used(testNode(healthy(2)...), 1, 39500, 0, 1)
 	a := []api.ContainerAssignment{{Name: "x", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000}, {UUID: "GPU-b", MemoryMiB: 1000}}}}
-	if err := n.Reserve(a, api.QoSFixedShare); err == nil {
+	if err := n.Reserve(a, Tenancy{QoS: api.QoSFixedShare}); err == nil {
 		t.Fatal("Reserve accepted an assignment that over-commits GPU-b")
 	}
 	if n.Cards[0].Used != (Usage{}) {
 		t.Fatalf("a refused Reserve changed GPU-a: %+v", n.Cards[0].Used)
 	}
-	if errs := n.Release(a, api.QoSFixedShare); len(errs) == 0 || n.Cards[0].Used.MemoryMiB != 0 {
+	if errs := n.Release(a, Tenancy{QoS: api.QoSFixedShare}); len(errs) == 0 || n.Cards[0].Used.MemoryMiB != 0 {
 		t.Fatalf("releasing what was never reserved must clamp at zero and report it; errs=%v used=%+v", errs, n.Cards[0].Used)
 	}
 }

@@ -59,10 +59,13 @@ func (c ClassCounts) Other(q api.QoSClass) (api.QoSClass, bool) {
 
 // tenantUsage is what one container's share of a card books. Exclusive tenants
 // (100% cores) sit outside the QoS pools: they hold the card alone anyway.
-func tenantUsage(a api.CardAssignment, qos api.QoSClass) Usage {
+func tenantUsage(a api.CardAssignment, t Tenancy) Usage {
 	u := Usage{MemoryMiB: a.MemoryMiB, Cores: a.Cores, Tenants: 1}
-	if i := classIndex(qos); i >= 0 && a.Cores < 100 {
+	if i := classIndex(t.QoS); i >= 0 && a.Cores < 100 {
 		u.Classes[i] = 1
+	}
+	if t.IdleOnly {
+		u.IdleOnly = 1
 	}
 	return u
 }

@@ -41,7 +41,7 @@ const ReasonCordoned Reason = "cordoned"
 // of the request.
 func (r Reason) Resolvable() bool {
 	switch r {
-	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory, ReasonQoS:
+	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory, ReasonQoS, ReasonInUse, ReasonHeldIdleOnly:
 		return true
 	}
 	return false
@@ -86,6 +86,8 @@ const (
 
 	detailContextReserve // a: MiB wanted, b: the card's reserve MiB, c: % of the card asked (0: MiB asked)
 	detailCordoned       // text: the administrator's reason
+	detailInUse          // a: tenants booked on the card
+	detailHeldIdleOnly
 )
 
 // Explain is the refusal's detail: Detail when set, else written from the figures
@@ -122,6 +124,10 @@ func (r CardReject) Explain() string {
 		return "card hosts " + d.text + " tasks, this pod is " + d.text2 + " (" + api.AnnotationQoS + ")"
 	case detailCordoned:
 		return d.text
+	case detailInUse:
+		return inUseText(d.a)
+	case detailHeldIdleOnly:
+		return "held by a pod that asked for idle cards only (" + api.AnnotationCardPolicy + ": " + string(api.PolicyIdleOnly) + ")"
 	}
 	return ""
 }
@@ -194,6 +200,11 @@ func (e *FitError) Error() string {
 		s += ": " + CordonedText(r.UUID, r.why.text)
 		if more > 0 {
 			s += fmt.Sprintf(" (and %d more cordoned)", more)
+		}
+	} else if r, more, ok := e.idleRefusal(); ok {
+		s += ": " + idleText(r)
+		if more > 0 {
+			s += fmt.Sprintf(" (and %d more)", more)
 		}
 	}
 	return s

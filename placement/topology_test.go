@@ -238,7 +238,7 @@ func TestQoSPools(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := testNode(healthy(1)...)
 			a := []api.ContainerAssignment{{Name: "x", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: tc.cores}}}}
-			if errs := n.Account(a, tc.tenants); len(errs) > 0 {
+			if errs := n.Account(a, Tenancy{QoS: tc.tenants}); len(errs) > 0 {
 				t.Fatal(errs)
 			}
 			f, err := FitPod(n, tc.req)
@@ -255,7 +255,7 @@ func TestQoSPools(t *testing.T) {
 			if err != nil && tc.cores < 100 && !err.Resolvable() {
 				t.Fatal("a QoS refusal clears when the tenants leave, so it must be resolvable")
 			}
-			n.Release(a, tc.tenants)
+			n.Release(a, Tenancy{QoS: tc.tenants})
 			if n.Cards[0].Used != (Usage{}) {
 				t.Fatalf("release left %+v", n.Cards[0].Used)
 			}
@@ -264,8 +264,8 @@ func TestQoSPools(t *testing.T) {
 	// Once the card is idle again, any class may take it.
 	n := testNode(healthy(1)...)
 	a := []api.ContainerAssignment{{Name: "x", Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 20}}}}
-	n.Account(a, api.QoSBurstShare)
-	n.Release(a, api.QoSBurstShare)
+	n.Account(a, Tenancy{QoS: api.QoSBurstShare})
+	n.Release(a, Tenancy{QoS: api.QoSBurstShare})
 	if _, err := FitPod(n, shared(api.QoSFixedShare)); err != nil {
 		t.Fatalf("an idle card refused a class: %v", err)
 	}

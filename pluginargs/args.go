@@ -42,6 +42,7 @@ type Args struct {
 	// NodePolicy scores nodes: binpack (default), spread or topology.
 	NodePolicy api.Policy
 	// CardPolicy chooses cards within a node: binpack (default), spread or topology.
+	// Never idle-only: a pod asks for that itself (api.HoldsIdleOnly reads it there).
 	CardPolicy api.Policy
 	// Weight multiplies the node score; 0 turns node ordering off.
 	Weight float64

@@ -27,6 +27,10 @@ func TestParse(t *testing.T) {
 			"argument vgpu.QueueShare: sometimes (string): want true or false"},
 		{"an unknown policy names the choices", map[string]any{KeyNodePolicy: "pack"}, func(a Args) bool { return a.NodePolicy == api.PolicyBinpack },
 			"want binpack, spread or topology"},
+		// Every vGPU pod holding its cards alone would end sharing; and the book reads
+		// idle-only off each placed pod's own annotation.
+		{"idle-only is a pod's choice, not a default", map[string]any{KeyCardPolicy: "idle-only"}, func(a Args) bool { return a.CardPolicy == api.PolicyBinpack },
+			"argument vgpu.CardPolicy: idle-only (string): want binpack, spread or topology"},
 		{"a pending TTL under a minute keeps the default", map[string]any{KeyPendingTTL: "30s"}, func(a Args) bool { return a.PendingTTL == Defaults().PendingTTL },
 			`argument vgpu.PendingTTL: 30s (string): want a duration of at least "1m"`},
 		{"a zero heartbeat timeout turns the check off", map[string]any{KeyHeartbeatTimeout: 0}, func(a Args) bool { return a.HeartbeatTimeout == 0 }, ""},

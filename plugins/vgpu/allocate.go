@@ -129,7 +129,7 @@ func (p *vgpuPlugin) onPipeline(e *framework.Event) {
 		p.metrics.pipelinesRefused.Inc()
 		return
 	}
-	p.pipelined.Add(task.UID, book.PipelinedFit{Node: task.NodeName, Containers: fit.Containers, QoS: tr.Req.Options.QoS})
+	p.pipelined.Add(task.UID, book.PipelinedFit{Node: task.NodeName, Containers: fit.Containers, Tenancy: tr.Req.Tenancy()})
 }
 
 // onDeallocate gives back the cards of an allocation that is rolled back.

@@ -64,7 +64,7 @@ func (p *vgpuPlugin) accountTask(n *placement.Node, task *vapi.TaskInfo) {
 	if task.Pod == nil || !p.args.Resources.HasVGPURequest(task.Pod) {
 		return
 	}
-	cs, qos, ok, err := p.holdings.Of(task)
+	cs, tenancy, ok, err := p.holdings.Of(task)
 	if err != nil {
 		klog.ErrorS(err, "Pod on node carries a malformed vGPU assignment; its cards cannot be accounted",
 			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name)
@@ -75,7 +75,7 @@ func (p *vgpuPlugin) accountTask(n *placement.Node, task *vapi.TaskInfo) {
 			"pod", klog.KRef(task.Namespace, task.Name), "node", n.Name, "status", task.Status)
 		return
 	}
-	for _, err := range n.Account(cs, qos) {
+	for _, err := range n.Account(cs, tenancy) {
 		klog.ErrorS(err, "Accounting an existing vGPU assignment", "pod", klog.KRef(task.Namespace, task.Name))
 	}
 }

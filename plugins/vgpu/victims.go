@@ -134,11 +134,11 @@ func (p *vgpuPlugin) pickVictims(evictor *vapi.TaskInfo, tr *book.TaskRequest, n
 func (p *vgpuPlugin) fitsWithout(future *placement.Node, req *placement.Request, victims []*vapi.TaskInfo) bool {
 	n := future.Clone()
 	for _, v := range victims {
-		cs, qos, held, err := p.holdings.Of(v)
+		cs, tenancy, held, err := p.holdings.Of(v)
 		if !held || err != nil {
 			continue
 		}
-		n.Release(cs, qos)
+		n.Release(cs, tenancy)
 	}
 	_, ferr := placement.FitPod(n, req)
 	return ferr == nil
@@ -155,8 +155,8 @@ func (p *vgpuPlugin) futureNode(node *vapi.NodeInfo) *placement.Node {
 		if t.Status != vapi.Releasing || p.request(t) == nil {
 			continue
 		}
-		if cs, qos, held, err := p.holdings.Of(t); held && err == nil {
-			n.Release(cs, qos)
+		if cs, tenancy, held, err := p.holdings.Of(t); held && err == nil {
+			n.Release(cs, tenancy)
 		}
 	}
 	p.pipelined.AccountOn(node.Name, n)

@@ -13,7 +13,8 @@ import (
 // and the supply the queue shares divide.
 
 // Free sums what the healthy cards of nodes that take tasks have free now, and the
-// smallest such card's memory; a cordoned card is left out like a cordoned node's.
+// smallest such card's memory; a cordoned card is left out like a cordoned node's, and
+// a card an idle-only pod holds has nothing free.
 // Total sums what every healthy card would have with every tenant gone, cordoned
 // nodes' and cards' too: a cordon is an operator's pause, not a smaller cluster, so a
 // gang is not called one that can never fit while nodes or cards are drained. Enqueue asks both of every job: the sums are kept until the next booking
@@ -44,6 +45,9 @@ func (l *Ledger) capacity() capacitySums {
 	})
 	l.forHealthyCards(true, func(card *placement.CardState) {
 		c.freeSmallest = smallerMemory(c.freeSmallest, card.MemoryMiB)
+		if card.Used.IdleOnly > 0 {
+			return // what its idle-only holder leaves free, no other pod may take
+		}
 		c.free.MemoryMiB += max(0, card.FreeMiB())
 		c.free.Cores += int64(max(0, card.FreeCores()))
 		c.free.Slots += int64(max(0, card.Shares-card.Used.Tenants))

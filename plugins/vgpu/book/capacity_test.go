@@ -48,3 +48,20 @@ func TestNeverFitsNamesTheContextReserve(t *testing.T) {
 		t.Errorf("a request at the reserve never fits: %s", why)
 	}
 }
+
+// What an idle-only pod leaves free on its card is free to nobody: the gang checks'
+// free capacity leaves the card out, while the total keeps it.
+func TestACardHeldIdleOnlyHasNothingFree(t *testing.T) {
+	l := NewLedger()
+	n := testNode("n1", "A100", 2, -1)
+	a := []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n1-0", MemoryMiB: 1000, Cores: 10}}}}
+	if errs := n.Account(a, placement.Tenancy{QoS: api.QoSFixedShare, IdleOnly: true}); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	l.AddNode(n)
+	free, _ := l.Free()
+	total, _ := l.Total()
+	if free.MemoryMiB != 24576 || free.Cores != 100 || free.Slots != 10 || total.MemoryMiB != 2*24576 {
+		t.Fatalf("free %+v, total %+v; want one whole card free of two", free, total)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // Holdings answers, for one session, what cards a placed task holds: its pod's
@@ -32,7 +33,7 @@ type Holdings struct {
 // held is a bound task's holding as its annotations state it.
 type held struct {
 	cs  []api.ContainerAssignment
-	qos api.QoSClass
+	t   placement.Tenancy
 	ok  bool
 	err error
 }
@@ -43,39 +44,41 @@ func NewHoldings(dec *api.Decoders, inFlight *InFlight, names api.ResourceNames)
 	return &Holdings{dec: dec, inFlight: inFlight, names: names, bound: map[vapi.TaskID]held{}}
 }
 
-// Of returns the cards a placed task holds; ok is false when neither its pod nor the
-// in-flight store says, err when its pod's assignment is malformed.
-func (h *Holdings) Of(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+// Of returns the cards a placed task holds and how (its QoS class from the
+// assignment, idle-only from its pod's card policy); ok is false when neither its pod
+// nor the in-flight store says, err when its pod's assignment is malformed.
+func (h *Holdings) Of(task *vapi.TaskInfo) (cs []api.ContainerAssignment, t placement.Tenancy, ok bool, err error) {
 	if task.Pod.Spec.NodeName != "" {
 		h.mu.RLock()
 		b, seen := h.bound[task.UID]
 		h.mu.RUnlock()
 		if !seen {
-			b.cs, b.qos, b.ok, b.err = h.boundCards(task)
+			b.cs, b.t, b.ok, b.err = h.boundCards(task)
 			h.mu.Lock()
 			h.bound[task.UID] = b
 			h.mu.Unlock()
 		}
 		if b.ok || b.err != nil {
-			return b.cs, b.qos, b.ok, b.err
+			return b.cs, b.t, b.ok, b.err
 		}
 	}
 	if a, found := h.inFlight.Get(types.UID(task.UID)); found {
-		return a.Containers, a.QoS, true, nil
+		return a.Containers, placement.Tenancy{QoS: a.QoS, IdleOnly: api.HoldsIdleOnly(task.Pod.Annotations)}, true, nil
 	}
-	return nil, "", false, nil
+	return nil, placement.Tenancy{}, false, nil
 }
 
 // boundCards reads what a bound pod's annotations say it holds, unless they name
 // another node than the one it is bound to.
-func (h *Holdings) boundCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, qos api.QoSClass, ok bool, err error) {
+func (h *Holdings) boundCards(task *vapi.TaskInfo) (cs []api.ContainerAssignment, t placement.Tenancy, ok bool, err error) {
 	bound := task.Pod.Spec.NodeName
 	if node, named := assignedNode(h.dec, task.Pod); named && node != bound {
 		klog.InfoS("Ignoring a vGPU assignment for another node than the pod's", "pod", klog.KRef(task.Namespace, task.Name),
 			"boundTo", bound, "assignedOn", node)
-		return nil, "", false, nil
+		return nil, placement.Tenancy{}, false, nil
 	}
-	return h.dec.PodCards(task.Pod, h.names)
+	cs, qos, ok, err := h.dec.PodCards(task.Pod, h.names)
+	return cs, placement.Tenancy{QoS: qos, IdleOnly: api.HoldsIdleOnly(task.Pod.Annotations)}, ok, err
 }
 
 // assignedNode is the node named by the pod's Tessera assignment, if it has a

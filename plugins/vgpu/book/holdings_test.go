@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
@@ -78,5 +79,26 @@ func TestConfirmedOnAndHasAssignment(t *testing.T) {
 	}
 	if !HasAssignment(own) || !HasAssignment(volcano) || HasAssignment(bare) {
 		t.Error("HasAssignment: want Tessera's and Volcano's, not a bare pod")
+	}
+}
+
+// A placed pod that asked for idle cards only holds them so, from its own assignment
+// or from the in-flight store: the annotation is on the pod either way.
+func TestHoldingsReadIdleOnlyOffThePod(t *testing.T) {
+	store := NewInFlight()
+	h := NewHoldings(&api.Decoders{}, store, api.DefaultResourceNames())
+	idle := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+		return p
+	}
+	bound := vapi.NewTaskInfo(idle(assigned(vgpuPod("bound", "n1", 1, 1000, 10), "n1", "GPU-0", 1000, 10)))
+	flying := vapi.NewTaskInfo(idle(vgpuPod("flying", "n1", 1, 1000, 10)))
+	store.Put(types.UID(flying.UID), &api.PodAssignment{Version: api.AssignmentVersion, Node: "n1", QoS: api.QoSFixedShare,
+		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-1", MemoryMiB: 1000, Cores: 10}}}}}, time.Now())
+	shared := vapi.NewTaskInfo(assigned(vgpuPod("shared", "n1", 1, 1000, 10), "n1", "GPU-2", 1000, 10))
+	for task, want := range map[*vapi.TaskInfo]bool{bound: true, flying: true, shared: false} {
+		if _, tenancy, ok, err := h.Of(task); !ok || err != nil || tenancy.IdleOnly != want || tenancy.QoS != api.QoSFixedShare {
+			t.Errorf("%s holds as %+v (ok %v, %v), want idle-only %v", task.Name, tenancy, ok, err, want)
+		}
 	}
 }

@@ -61,7 +61,7 @@ type nodeEntry struct {
 type Booking struct {
 	Node       string
 	Containers []api.ContainerAssignment
-	QoS        api.QoSClass
+	Tenancy    placement.Tenancy
 	// Original is the task's pod before the assignment was written on it, restored
 	// when the allocation is rolled back.
 	Original *corev1.Pod
@@ -107,12 +107,12 @@ func (l *Ledger) Book(task vapi.TaskID, node string, req *placement.Request, ori
 	if ferr != nil {
 		return nil, fmt.Errorf("no longer fits the cards of node %s: %w", node, ferr)
 	}
-	if err := n.Reserve(fit.Containers, req.Options.QoS); err != nil {
+	if err := n.Reserve(fit.Containers, req.Tenancy()); err != nil {
 		return nil, fmt.Errorf("reserving cards on node %s: %w", node, err)
 	}
 	l.entries[node].version++
 	l.changes++
-	l.booked[task] = &Booking{Node: node, Containers: fit.Containers, QoS: req.Options.QoS, Original: original}
+	l.booked[task] = &Booking{Node: node, Containers: fit.Containers, Tenancy: req.Tenancy(), Original: original}
 	return fit.Containers, nil
 }
 
@@ -128,7 +128,7 @@ func (l *Ledger) Release(task vapi.TaskID) (*Booking, bool) {
 	l.changes++
 	if e, ok := l.entries[b.Node]; ok {
 		e.version++
-		for _, err := range e.node.Release(b.Containers, b.QoS) {
+		for _, err := range e.node.Release(b.Containers, b.Tenancy) {
 			klog.ErrorS(err, "Releasing vGPU cards", "task", task, "node", b.Node)
 		}
 	}

@@ -24,11 +24,12 @@ type Pipelines struct {
 	n atomic.Int64
 }
 
-// PipelinedFit is the cards a pipelined task expects once its victims are gone.
+// PipelinedFit is the cards a pipelined task expects once its victims are gone, and
+// how it will hold them.
 type PipelinedFit struct {
 	Node       string
 	Containers []api.ContainerAssignment
-	QoS        api.QoSClass
+	Tenancy    placement.Tenancy
 }
 
 // NewPipelines returns an empty set.
@@ -93,7 +94,7 @@ func (ps *Pipelines) AccountOn(node string, n *placement.Node) {
 	ps.mu.RLock()
 	defer ps.mu.RUnlock()
 	for _, f := range ps.byNode[node] {
-		n.Account(f.Containers, f.QoS)
+		n.Account(f.Containers, f.Tenancy)
 	}
 }
 

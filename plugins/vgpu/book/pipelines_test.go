@@ -6,6 +6,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement"
 )
 
 // A node's pipelined tasks are named by their set (Hash) and booked on a copy of its
@@ -16,7 +17,7 @@ func TestPipelinesFollowTheSessionsPipelinedTasks(t *testing.T) {
 		t.Fatal("an empty set has tasks")
 	}
 	fit := func(node string, cores int) PipelinedFit {
-		return PipelinedFit{Node: node, QoS: api.QoSFixedShare, Containers: []api.ContainerAssignment{{Name: "main",
+		return PipelinedFit{Node: node, Tenancy: placement.Tenancy{QoS: api.QoSFixedShare}, Containers: []api.ContainerAssignment{{Name: "main",
 			Cards: []api.CardAssignment{{UUID: "GPU-" + node + "-0", MemoryMiB: 1000, Cores: cores}}}}}
 	}
 	ps.Add("a", fit("n1", 30))
@@ -38,5 +39,20 @@ func TestPipelinesFollowTheSessionsPipelinedTasks(t *testing.T) {
 	}
 	if ps.OnNode("n1") || ps.OnNode("n2") || ps.Hash("n1") != 0 {
 		t.Fatal("removed tasks are still pipelined")
+	}
+}
+
+// A task pipelined idle-only holds its card from the moment it is pipelined: the
+// predicate's fit beside the node's pipelines sees the card held.
+func TestAPipelinedIdleOnlyTaskHoldsItsCard(t *testing.T) {
+	ps := NewPipelines()
+	ps.Add("mutex", PipelinedFit{Node: "n1", Tenancy: placement.Tenancy{QoS: api.QoSFixedShare, IdleOnly: true},
+		Containers: []api.ContainerAssignment{{Name: "main", Cards: []api.CardAssignment{{UUID: "GPU-n1-0", MemoryMiB: 1000, Cores: 10}}}}})
+	n := testNode("n1", "A100", 1, -1)
+	ps.AccountOn("n1", n)
+	req := &placement.Request{Containers: []api.ContainerRequest{{Name: "main", Cards: 1, MemoryMiB: 1000, Cores: 10}},
+		CardPolicy: api.PolicyBinpack, NodePolicy: api.PolicyBinpack}
+	if _, ferr := placement.FitPod(n, req); ferr == nil || ferr.Rejects[0].Reason != placement.ReasonHeldIdleOnly {
+		t.Fatalf("a pod joined the card an idle-only task is pipelined to: %v", ferr)
 	}
 }

@@ -1,0 +1,234 @@
+package vgpu
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	"volcano.sh/volcano/pkg/scheduler/actions/preempt"
+	"volcano.sh/volcano/pkg/scheduler/actions/reclaim"
+	"volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/uthelper"
+	"volcano.sh/volcano/pkg/scheduler/util"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+var idleOnly = map[string]string{api.AnnotationCardPolicy: string(api.PolicyIdleOnly)}
+
+// asIdleOnly marks a pod as having asked for idle cards only.
+func asIdleOnly(p *corev1.Pod) *corev1.Pod {
+	p.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+	return p
+}
+
+// grouped gives running pods the pod groups their annotations name.
+func grouped(utc *uthelper.TestCommonStruct, pods ...*corev1.Pod) {
+	for _, p := range pods {
+		utc.PodGroups = append(utc.PodGroups, podGroup(p.Annotations[schedulingv1.KubeGroupNameAnnotationKey], 1))
+		utc.Pods = append(utc.Pods, p)
+	}
+}
+
+func TestAnIdleOnlyPodTakesOnlyIdleCards(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ann      map[string]string
+		used     []string // cards of n1 a shared pod runs on
+		wantCard string   // "": pending
+		wantWhy  string
+	}{
+		{"binpack joins the used card", nil, []string{"GPU-n1-0"}, "GPU-n1-0", ""},
+		{"idle-only takes the idle card", idleOnly, []string{"GPU-n1-0"}, "GPU-n1-1", ""},
+		{"idle-only waits while every card is used, saying why", idleOnly, []string{"GPU-n1-0", "GPU-n1-1"}, "",
+			"card 0 is in use by 1 container; the pod asks for idle cards only (tessera.io/card-policy: idle-only) (and 1 more)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			utc := &uthelper.TestCommonStruct{Nodes: []*corev1.Node{gpuNode("n1", 2, "NVIDIA A100", 40960)}, Queues: queues(),
+				PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)}, Pods: []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, tc.ann)}}
+			for _, card := range tc.used {
+				grouped(utc, runningOn("r-"+card, "n1", api.QoSFixedShare, card))
+			}
+			ssn, _ := session(t, utc, true, nil)
+			a := taskAssignments(t, ssn)["p"]
+			switch {
+			case tc.wantCard != "" && (a == nil || a.Containers[0].Cards[0].UUID != tc.wantCard):
+				t.Fatalf("placed on %+v, want card %s", a, tc.wantCard)
+			case tc.wantCard == "" && a != nil:
+				t.Fatalf("placed on %+v, want pending", a)
+			case tc.wantCard == "" && !strings.Contains(jobMessage(ssn), tc.wantWhy):
+				t.Fatalf("reason %q, want it to contain %q", jobMessage(ssn), tc.wantWhy)
+			}
+		})
+	}
+}
+
+// The other way round: no pod joins a card an idle-only pod holds, whether it runs
+// there already or was placed earlier in the same session.
+func TestNoPodJoinsAnIdleOnlyPodsCard(t *testing.T) {
+	utc := &uthelper.TestCommonStruct{Nodes: []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)}, Queues: queues(),
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)}, Pods: []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, nil)}}
+	grouped(utc, asIdleOnly(runningOn("mutex", "n1", api.QoSFixedShare, "GPU-n1-0")))
+	ssn, _ := session(t, utc, true, nil)
+	if a := taskAssignments(t, ssn)["p"]; a != nil {
+		t.Fatalf("placed beside the idle-only pod: %+v", a)
+	}
+	if msg := jobMessage(ssn); !strings.Contains(msg, "card 0 is held by an idle-only pod") {
+		t.Fatalf("reason %q does not name the held card", msg)
+	}
+
+	// Three pods that would share one card by memory and cores, on two cards.
+	utc = &uthelper.TestCommonStruct{Nodes: []*corev1.Node{gpuNode("n1", 2, "NVIDIA A100", 40960)}, Queues: queues(),
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pa", 1), podGroup("pb", 1), podGroup("pc", 1)},
+		Pods: []*corev1.Pod{vgpuPod("a", "pa", 1, 10000, 30, idleOnly), vgpuPod("b", "pb", 1, 10000, 30, nil),
+			vgpuPod("c", "pc", 1, 10000, 30, nil)}}
+	ssn, _ = session(t, utc, true, nil)
+	got := taskAssignments(t, ssn)
+	if len(got) != 3 {
+		t.Fatalf("%d of 3 pods placed, want all", len(got))
+	}
+	mutex := got["a"].Containers[0].Cards[0].UUID
+	for _, other := range []string{"b", "c"} {
+		if got[other].Containers[0].Cards[0].UUID == mutex {
+			t.Fatalf("%s shares card %s with the idle-only pod", other, mutex)
+		}
+	}
+}
+
+// An idle-only pod bound a second ago, whose informer copy does not show its
+// assignment yet, holds its card from the in-flight store: the next session places
+// nothing beside it.
+func TestAnIdleOnlyAssignmentInFlightHoldsItsCard(t *testing.T) {
+	testSched = NewScheduler()
+	binder := util.NewFakeBinder(10)
+	sc := cache.NewCustomMockSchedulerCache("utmock-scheduler", binder, util.NewFakeEvictor(0), &util.FakeStatusUpdater{}, nil, nil)
+	sc.AddOrUpdateNode(gpuNode("n1", 1, "NVIDIA A100", 40960))
+	sc.AddQueueV1beta1(util.BuildQueue("q1", 1, nil))
+	sc.AddPodGroupV1beta1(podGroup("pg1", 1))
+	sc.AddPod(vgpuPod("first", "pg1", 1, 1000, 10, idleOnly))
+	uthelper.RegisterPlugins(builders(nil))
+	t.Cleanup(framework.CleanupPluginBuilders)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	sc.Run(stop)
+	run := func() map[string]*api.PodAssignment {
+		ssn := framework.OpenSession(sc, tiers(true, nil), nil)
+		defer framework.CloseSession(ssn)
+		act := allocate.New()
+		act.Initialize()
+		act.Execute(ssn)
+		act.UnInitialize()
+		return taskAssignments(t, ssn)
+	}
+	if run()["first"] == nil {
+		t.Fatal("the idle-only pod was not placed")
+	}
+	select {
+	case <-binder.Channel:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle-only pod was never bound")
+	}
+	sc.AddPodGroupV1beta1(podGroup("pg2", 1))
+	sc.AddPod(vgpuPod("second", "pg2", 1, 1000, 10, nil))
+	if a := run()["second"]; a != nil {
+		t.Fatalf("the next session put a pod beside the idle-only pod in flight: %+v", a)
+	}
+}
+
+// mutexScene is one node whose cards are held by running pods of one queue (name →
+// card, priority class, idle-only) and a pending "high" pod asking 10000 MiB and 10%
+// of one card, with annotations ann.
+func mutexScene(cards int, holders []holder, ann map[string]string) *uthelper.TestCommonStruct {
+	value := map[string]int32{"low": 10, "high": 1000}
+	tc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{gpuNode("n1", cards, "NVIDIA A100", 40960)},
+		Queues:    queues(),
+		PodGroups: []*schedulingv1.PodGroup{prioGroup("pg-high", "high")},
+		PriClass:  []*schedv1.PriorityClass{util.BuildPriorityClass("low", value["low"]), util.BuildPriorityClass("high", value["high"])},
+	}
+	for _, h := range holders {
+		p := holding(h.name, "n1", h.card, h.cores, value[h.class])
+		p.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-" + h.name
+		if h.idleOnly {
+			asIdleOnly(p)
+		}
+		tc.PodGroups = append(tc.PodGroups, prioGroup("pg-"+h.name, h.class))
+		tc.Pods = append(tc.Pods, p)
+	}
+	high := vgpuPod("high", "pg-high", 1, 10000, 10, ann)
+	prio := value["high"]
+	high.Spec.Priority = &prio
+	tc.Pods = append(tc.Pods, high)
+	return tc
+}
+
+type holder struct {
+	name, card, class string
+	cores             int64
+	idleOnly          bool
+}
+
+// Preemption plans by the same book: an idle-only pod's card goes to another pod only
+// with the idle-only pod evicted, and an idle-only pod gets a card only once every
+// other pod on it is.
+func TestPreemptHonoursIdleOnlyBothWays(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cards   int
+		holders []holder
+		ann     map[string]string
+		want    []string
+	}{
+		{"control: a shared pod fits beside a shared low pod, nothing evicted", 1,
+			[]holder{{"low", "GPU-n1-0", "low", 10, false}}, nil, nil},
+		{"an idle-only pod evicts the low pod on the card it needs idle", 1,
+			[]holder{{"low", "GPU-n1-0", "low", 10, false}}, idleOnly, []string{"ns/low"}},
+		{"a shared pod evicts the low idle-only pod holding the card", 1,
+			[]holder{{"mutex", "GPU-n1-0", "low", 10, true}}, nil, []string{"ns/mutex"}},
+		{"control: the same card held shared takes the pod beside, nothing evicted", 2,
+			[]holder{{"mutex", "GPU-n1-0", "high", 10, false}, {"low", "GPU-n1-1", "low", 100, false}}, nil, nil},
+		{"a card held by an idle-only pod that may not be evicted is not offered: the low pod's card is freed", 2,
+			[]holder{{"mutex", "GPU-n1-0", "high", 10, true}, {"low", "GPU-n1-1", "low", 100, false}}, nil, []string{"ns/low"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ssn, got := runEvict(t, mutexScene(tc.cards, tc.holders, tc.ann), allocate.New(), preempt.New())
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("evicted %v, want %v", got, tc.want)
+			}
+			if a := taskAssignments(t, ssn)["high"]; tc.want != nil && a != nil {
+				t.Fatalf("high was allocated %+v beside the pods it had to evict", a)
+			}
+		})
+	}
+}
+
+// Reclaim likewise: queue b's pods would fit beside queue a's idle-only pod, which
+// is above a's share (its job can spare it: a CPU-only member runs on a CPU node, so
+// that gang's choice on n1 is the idle-only pod whatever order Volcano offers them
+// in); they get its card only by evicting it, never beside it.
+func TestReclaimTakesAnIdleOnlyCardOnlyByEvictingItsHolder(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:  []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960), cpuNode("c1")},
+		Queues: []*schedulingv1.Queue{util.BuildQueue("a", 1, nil), util.BuildQueue("b", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-mutex", "ns", "a", 1, nil, schedulingv1.PodGroupRunning),
+			util.BuildPodGroup("pg-b", "ns", "b", 1, nil, schedulingv1.PodGroupInqueue)},
+	}
+	mutex := asIdleOnly(holding("mutex", "n1", "GPU-n1-0", 60, 1))
+	mutex.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-mutex"
+	cpu := runningCPU("a-cpu", "c1")
+	cpu.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-mutex"
+	tc.Pods = []*corev1.Pod{mutex, cpu, vgpuPod("b-0", "pg-b", 1, 5000, 30, nil), vgpuPod("b-1", "pg-b", 1, 5000, 30, nil)}
+	ssn, got := runEvict(t, tc, allocate.New(), reclaim.New())
+	if !slices.Equal(got, []string{"ns/mutex"}) {
+		t.Fatalf("evicted %v, want ns/mutex", got)
+	}
+	if a := taskAssignments(t, ssn); a["b-0"] != nil || a["b-1"] != nil {
+		t.Fatalf("queue b was allocated beside the idle-only pod: %+v", a)
+	}
+}
