@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,18 +43,24 @@ type probeFill struct {
 	rc               string
 }
 
-// probeLog is the container's log file as the kubelet names it under the node's podLogsDir.
-func probeLog(p corev1.Pod, container string) string {
+// probeLog is the log file of the container's run after restarts earlier ones, as the
+// kubelet names it under the node's podLogsDir.
+func probeLog(p corev1.Pod, container string, restarts int32) string {
 	return filepath.Join(cl.NodeDir(p.Spec.NodeName), "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID),
-		container, "0.log")
+		container, fmt.Sprintf("%d.log", restarts))
 }
 
-// readProbe waits until the container's probe has printed "probe done" and parses its log
-// (CRI format: time, stream, tag, line).
+// readProbe waits until the container's first probe has printed "probe done" and parses its
+// log (CRI format: time, stream, tag, line).
 func readProbe(p corev1.Pod, container string, timeout time.Duration) (*probeOutput, string, error) {
+	return readProbeRun(p, container, 0, timeout)
+}
+
+// readProbeRun is readProbe for the container's run after restarts earlier ones.
+func readProbeRun(p corev1.Pod, container string, restarts int32, timeout time.Duration) (*probeOutput, string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		b, _ := os.ReadFile(probeLog(p, container))
+		b, _ := os.ReadFile(probeLog(p, container, restarts))
 		var lines []string
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -66,7 +73,8 @@ func readProbe(p corev1.Pod, container string, timeout time.Duration) (*probeOut
 			return out, strings.Join(lines, "\n"), nil
 		}
 		if time.Now().After(deadline) {
-			return out, strings.Join(lines, "\n"), fmt.Errorf("%s/%s: no \"probe done\" after %s", p.Name, container, timeout)
+			return out, strings.Join(lines, "\n"), fmt.Errorf("%s/%s (after %d restarts): no \"probe done\" after %s",
+				p.Name, container, restarts, timeout)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -236,4 +244,28 @@ next:
 		}
 	}
 	return out, sc.Err()
+}
+
+// killContainer kills every process of the container (those whose cgroup path names its
+// ID) with SIGKILL, as the kernel's OOM killer or a crash ends them.
+func killContainer(id string) (int, error) {
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return 0, err
+	}
+	killed := 0
+	for _, dir := range procs {
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil || !bytes.Contains(cg, []byte(id)) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		return 0, fmt.Errorf("no process in container %s", id)
+	}
+	return killed, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
@@ -53,7 +55,12 @@ func requireRealRuntime(t *testing.T) {
 // limit to the byte (with the context footprint the agent counts per process), the limits
 // file cannot be opened for writing, and the device nodes are the cards'. Then gpu-r1's
 // kubelet is killed and started again: the containers keep running (same processes), and the
-// pod keeps its UID without a restart.
+// pod keeps its UID without a restart. Then gpu-r2's agent is killed while its probes hold
+// memory and started again with the node's flags: same processes, no restart, the new agent's
+// metrics show both containers' hook and memory again, and a pod admitted on gpu-r2 after it
+// gets its handoff (a probe that passes the checks above). Last, every process of gpu-r1's
+// "user" container is killed from the host: the kubelet restarts it in its pod (restartPolicy
+// OnFailure) from its checkpointed allocation, and the new run sees the same UUIDs and limits.
 func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	requireRealRuntime(t)
 	ctx := context.Background()
@@ -86,6 +93,7 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	t.Logf("both probe pods Running %s after submission", time.Since(start).Round(100*time.Millisecond))
 	h := handed(t)
 	pids := map[string]int{}
+	probes := map[string]seenProbe{}
 	for _, p := range pods {
 		a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
 		if err != nil {
@@ -117,6 +125,7 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 					p.Name, ca.Name, cl.HookLibrary(), pid, err)
 			}
 			pids[p.Spec.NodeName+"/"+ca.Name] = pid
+			probes[p.Spec.NodeName+"/"+ca.Name] = seenProbe{out: out, ca: ca, record: r}
 			checkAgentSees(t, p, ca.Name, out, r)
 		}
 	}
@@ -126,6 +135,171 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 			ctrd>>20, count, shims>>20)
 	}
 	kubeletRestartKeepsContainers(t, "gpu-r1", pods[0], pids)
+	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes)
+	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
+}
+
+// seenProbe is what a probe container printed, its assignment and its runtime record.
+type seenProbe struct {
+	out    *probeOutput
+	ca     api.ContainerAssignment
+	record workload.CRIRecord
+}
+
+// agentRestartKeepsContainers kills the node's agent while the probes hold memory and
+// starts it again with the harness's flags for the node: the containers' processes are the
+// same (host pids with their start times), the pod keeps its UID without a container
+// restart, the new agent's metrics show each container's hook loaded and exactly the memory
+// its process holds, and a pod admitted on the node after the restart gets its handoff (a
+// probe container that sees its assigned cards and limits).
+func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev1.Pod, pids map[string]int, probes map[string]seenProbe) {
+	t.Helper()
+	ctx := context.Background()
+	started := map[string]string{}
+	for k, pid := range pids {
+		started[k] = processStart(pid)
+	}
+	// The agent's log, which the harness appends to across restarts, says when it has
+	// registered its device plugin with the kubelet.
+	agentLog := filepath.Join(cl.LogDir(), "agent-"+node+".log")
+	registered := func() int {
+		b, _ := os.ReadFile(agentLog)
+		return strings.Count(string(b), "Registered with the kubelet")
+	}
+	before := registered()
+	start := time.Now()
+	cl.KillAgent(node)
+	if err := cl.StartAgent(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return registered() > before, nil
+	}); err != nil {
+		t.Fatalf("the restarted agent of %s never registered with the kubelet (%s)", node, agentLog)
+	}
+	if err := cl.WaitNodeReady(ctx, node, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agent of %s killed and started again: registered with the kubelet, its Node Ready, %s later", node,
+		time.Since(start).Round(100*time.Millisecond))
+	after, err := workload.WaitPods(ctx, cl.Client, pod.Namespace, pod.Labels["volcano.sh/job-name"], time.Minute,
+		workload.AllPhase(1, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after[0].UID != pod.UID {
+		t.Errorf("pod %s was replaced across the agent restart", pod.Name)
+	}
+	for _, s := range after[0].Status.ContainerStatuses {
+		if s.RestartCount > 0 || s.State.Running == nil {
+			t.Errorf("pod %s container %s after the agent restart: %d restarts, state %+v", pod.Name, s.Name, s.RestartCount, s.State)
+		}
+	}
+	for k, pid := range pids {
+		if started[k] == "" || processStart(pid) != started[k] {
+			t.Errorf("%s: the container's process %d is gone after the agent restart", k, pid)
+		}
+	}
+	seen := time.Now()
+	for _, c := range pod.Spec.Containers {
+		if sp, ok := probes[node+"/"+c.Name]; ok {
+			checkAgentSees(t, pod, c.Name, sp.out, sp.record)
+		}
+	}
+	t.Logf("the restarted agent of %s reports both containers' hook and memory %s after the check began",
+		node, time.Since(seen).Round(100*time.Millisecond))
+	// A pod admitted after the restart: one probe container ("root", 1 card, 3000 MiB).
+	start = time.Now()
+	j := probeJob(namespace, node)
+	j.Name = "after-" + node
+	spec := &j.Spec.Tasks[0].Template.Spec
+	spec.Containers = spec.Containers[:1]
+	submit(t, j)
+	ps, err := workload.WaitPods(ctx, cl.Client, namespace, j.Name, 2*time.Minute, workload.AllPhase(1, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	t.Logf("pod %s admitted on %s after the agent restart, Running %s after submission", p.Name, p.Spec.NodeName,
+		time.Since(start).Round(100*time.Millisecond))
+	if p.Spec.NodeName != node {
+		t.Fatalf("pod %s ran on %s, not %s", p.Name, p.Spec.NodeName, node)
+	}
+	checkHandoff(t, ps)
+	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
+	if err != nil || len(a.Containers) != 1 {
+		t.Fatalf("%s: assignment %+v: %v", p.Name, a, err)
+	}
+	r, ok := handed(t).Records[string(p.UID)+"/"+a.Containers[0].Name]
+	if !ok {
+		t.Fatalf("%s: no record from the runtime", p.Name)
+	}
+	out, log, err := readProbe(p, a.Containers[0].Name, time.Minute)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	t.Logf("%s/%s on %s: %s", p.Name, a.Containers[0].Name, node, summary(out))
+	for _, b := range checkProbe(out, a.Containers[0], r) {
+		t.Errorf("%s/%s on %s after the agent restart: %s", p.Name, a.Containers[0].Name, node, b)
+	}
+}
+
+// containerRestartKeepsLimits kills every process of one probe container from the host; the
+// kubelet restarts it in the same pod (restartPolicy OnFailure) from the device manager's
+// checkpointed allocation, without asking the agent again, and the new run sees the same
+// cards and limits (the probe's checks all over again).
+func containerRestartKeepsLimits(t *testing.T, pod corev1.Pod, container string, sp seenProbe) {
+	t.Helper()
+	if sp.out == nil {
+		t.Fatalf("%s/%s: no probe output to compare with", pod.Name, container)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	killed, err := killContainer(sp.record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restarted corev1.Pod
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cl.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == container {
+				last = fmt.Sprintf("%d restarts, state %+v", s.RestartCount, s.State)
+				restarted = *p
+				return s.RestartCount == 1 && s.State.Running != nil, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("%s/%s was not restarted after its %d processes were killed: %s", pod.Name, container, killed, last)
+	}
+	t.Logf("%s/%s: %d processes killed, restarted and Running %s later", pod.Name, container, killed,
+		time.Since(start).Round(100*time.Millisecond))
+	if restarted.UID != pod.UID {
+		t.Errorf("pod %s was replaced, not its container restarted", pod.Name)
+	}
+	out, log, err := readProbeRun(restarted, container, 1, time.Minute)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	t.Logf("%s/%s after its restart: %s", pod.Name, container, summary(out))
+	if !slices.Equal(out.uuids, sp.out.uuids) {
+		t.Errorf("%s/%s after its restart: CUDA devices %v, before %v", pod.Name, container, out.uuids, sp.out.uuids)
+	}
+	for _, c := range sp.ca.Cards {
+		if got := out.meminfo[c.UUID][1]; got != uint64(c.MemoryMiB)<<20 {
+			t.Errorf("%s/%s after its restart: cuMemGetInfo total %d on %s, want the assigned %d MiB", pod.Name, container,
+				got, c.UUID, c.MemoryMiB)
+		}
+	}
+	for _, b := range checkProbe(out, sp.ca, sp.record) {
+		t.Errorf("%s/%s after its restart: %s", pod.Name, container, b)
+	}
 }
 
 // kubeletRestartKeepsContainers kills the node's kubelet and starts it again: the
@@ -236,6 +410,8 @@ func probeJob(namespace, node string) *batchv1alpha1.Job {
 	spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	grace := int64(5)
 	spec.TerminationGracePeriodSeconds = &grace
+	// A probe killed from the host is restarted in its pod (containerRestartKeepsLimits).
+	spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		c.Image, c.ImagePullPolicy, c.Command = cluster.ProbeImage, corev1.PullNever, nil
