@@ -210,6 +210,9 @@ func kubeletMetric(ctx context.Context, node, name string) float64 {
 // token, as the chart guards it) whose series name and labels start with prefix and hold
 // every one of labels (`name="value"`).
 func agentSeries(ctx context.Context, node, prefix string, labels ...string) (map[string]float64, error) {
+	// One scrape may not eat the caller's whole wait: a slow one is retried.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.AgentMetricsURL(node), nil)
 	if err != nil {
 		return nil, err
