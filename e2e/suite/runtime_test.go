@@ -182,24 +182,7 @@ func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev
 	}
 	t.Logf("agent of %s killed and started again: registered with the kubelet, its Node Ready, %s later", node,
 		time.Since(start).Round(100*time.Millisecond))
-	after, err := workload.WaitPods(ctx, cl.Client, pod.Namespace, pod.Labels["volcano.sh/job-name"], time.Minute,
-		workload.AllPhase(1, corev1.PodRunning))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after[0].UID != pod.UID {
-		t.Errorf("pod %s was replaced across the agent restart", pod.Name)
-	}
-	for _, s := range after[0].Status.ContainerStatuses {
-		if s.RestartCount > 0 || s.State.Running == nil {
-			t.Errorf("pod %s container %s after the agent restart: %d restarts, state %+v", pod.Name, s.Name, s.RestartCount, s.State)
-		}
-	}
-	for k, pid := range pids {
-		if started[k] == "" || processStart(pid) != started[k] {
-			t.Errorf("%s: the container's process %d is gone after the agent restart", k, pid)
-		}
-	}
+	checkSurvived(ctx, t, pod, pids, started, "agent", true)
 	seen := time.Now()
 	for _, c := range pod.Spec.Containers {
 		if sp, ok := probes[node+"/"+c.Name]; ok {
@@ -336,22 +319,31 @@ func kubeletRestartKeepsContainers(t *testing.T, node string, pod corev1.Pod, pi
 	}
 	t.Logf("kubelet of %s killed and started again: %.0f relists of the runtime's containers %s later", node, relists,
 		time.Since(start).Round(100*time.Millisecond))
+	checkSurvived(ctx, t, pod, pids, started, "kubelet", false)
+}
+
+// checkSurvived checks that pod and its containers' processes (pids, with the start
+// times recorded before) outlived the restart of what: the same pod, no container
+// restarted, the same processes. With unknownIsGone a process whose start time could not
+// be read before counts as gone.
+func checkSurvived(ctx context.Context, t *testing.T, pod corev1.Pod, pids map[string]int, started map[string]string, what string, unknownIsGone bool) {
+	t.Helper()
 	after, err := workload.WaitPods(ctx, cl.Client, pod.Namespace, pod.Labels["volcano.sh/job-name"], time.Minute,
 		workload.AllPhase(1, corev1.PodRunning))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after[0].UID != pod.UID {
-		t.Errorf("pod %s was replaced across the kubelet restart", pod.Name)
+		t.Errorf("pod %s was replaced across the %s restart", pod.Name, what)
 	}
 	for _, s := range after[0].Status.ContainerStatuses {
 		if s.RestartCount > 0 || s.State.Running == nil {
-			t.Errorf("pod %s container %s after the kubelet restart: %d restarts, state %+v", pod.Name, s.Name, s.RestartCount, s.State)
+			t.Errorf("pod %s container %s after the %s restart: %d restarts, state %+v", pod.Name, s.Name, what, s.RestartCount, s.State)
 		}
 	}
 	for k, pid := range pids {
-		if processStart(pid) != started[k] {
-			t.Errorf("%s: the container's process %d is gone after the kubelet restart", k, pid)
+		if unknownIsGone && started[k] == "" || processStart(pid) != started[k] {
+			t.Errorf("%s: the container's process %d is gone after the %s restart", k, pid, what)
 		}
 	}
 }
