@@ -108,8 +108,14 @@ func ParseStat(b []byte) (state byte, start uint64, ok bool) {
 func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }
 
 // Alive implements Liveness the way vgpu-core's owner_alive does, from the host's side:
-// a host process with the slot's start time whose innermost pid is the slot's pid, not a
-// zombie, whose exec marker is still open. What cannot be read counts as alive.
+// some host process with the slot's start time whose innermost pid is the slot's pid, not
+// a zombie, whose exec marker is still open. What cannot be read counts as alive.
+//
+// Several host processes can answer to one slot's pid and start time: every container has
+// pid namespaces of its own, so two containers that start the same program at the same
+// clock tick (the start time's resolution is 10 ms) hold processes with equal inner pids
+// and start times. Only the exec marker, a pipe inode unique on the host, tells them
+// apart, so each candidate is checked until one holds the slot's marker.
 func (t *ProcTable) Alive(p Proc) bool {
 	for _, hp := range t.byStart[p.StartTime] {
 		nspid, err := t.innermostPID(hp.pid)
@@ -119,13 +125,12 @@ func (t *ProcTable) Alive(p Proc) bool {
 		if err != nil {
 			nspid = hp.pid
 		}
-		if nspid != int(p.PID) {
+		if nspid != int(p.PID) || hp.state == 'Z' || hp.state == 'X' {
 			continue
 		}
-		if hp.state == 'Z' || hp.state == 'X' {
-			return false
+		if t.markerOpen(hp.pid, p) {
+			return true
 		}
-		return t.markerOpen(hp.pid, p)
 	}
 	return false
 }
