@@ -2,9 +2,11 @@
 // outside VolcanoJobs (Deployments, StatefulSets, KServe, Kubeflow jobs) to Volcano's
 // scheduler and a queue, refuses malformed vGPU requests and annotations at create time
 // with the scheduler's own message, and holds namespaces and queues to the QoS classes
-// and card shares an administrator allows. The decisions are pure functions of the pod,
-// its namespace's default queue and the Config (decide.go); review.go is the thin
-// adapter over admission/v1 AdmissionReview, tls.go the serving certificate.
+// and card shares an administrator allows. It also gives each vGPU pod the
+// memory-backed volume its containers keep their accounting regions on (region.go).
+// The decisions are pure functions of the pod, its namespace's default queue and the
+// Config (decide.go); review.go is the thin adapter over admission/v1 AdmissionReview,
+// tls.go the serving certificate.
 package admission
 
 import (

@@ -89,7 +89,8 @@ func (p *Policy) IsVGPU(pod *corev1.Pod) bool { return p.args.Resources.HasVGPUR
 
 // Mutate routes a vGPU pod being created to Volcano's scheduler and, unless it belongs
 // to a PodGroup already (a VolcanoJob's pods do), to a queue: the pod's own
-// PodQueueAnnotation, else its namespace's, else the configured default.
+// PodQueueAnnotation, else its namespace's, else the configured default. It also gives
+// the pod its region volume, mounted in each vGPU container (region.go).
 func (p *Policy) Mutate(r Review) Decision {
 	pod := r.Pod
 	if r.Operation != Create || !p.IsVGPU(pod) {
@@ -104,18 +105,21 @@ func (p *Policy) Mutate(r Review) Decision {
 		if q == "" {
 			q = p.cfg.DefaultQueue
 		}
-		if pod.Annotations == nil {
+		// An empty map is absent from the object the API server sends (omitempty).
+		if len(pod.Annotations) == 0 {
 			d.Patch = append(d.Patch, PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{PodQueueAnnotation: q}})
 		} else {
 			d.Patch = append(d.Patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(PodQueueAnnotation), Value: q})
 		}
 	}
+	d.Patch = append(d.Patch, p.regionPatch(pod)...)
 	return d
 }
 
 // Validate refuses a vGPU pod whose request or annotations the scheduler would refuse
 // (with the scheduler's message), one that names a scheduler that does not place vGPU
-// cards, and one outside the limits of its namespace, its queue or the cluster. An
+// cards, one that misuses the region volume's name or path (region.go), and one
+// outside the limits of its namespace, its queue or the cluster. An
 // Update is checked only while the pod is unbound and only when it changes what the
 // scheduler or a limit reads: the rest of a pod's life (its handoff annotations,
 // deletion) never waits on the webhook.
@@ -141,6 +145,11 @@ func (p *Policy) Validate(r Review) Decision {
 	}
 	queue := p.queueOf(pod, r.NamespaceQueue)
 	var why []string
+	if r.Operation == Create { // a pod's volumes cannot change after its creation
+		if s := p.regionRefusal(pod); s != "" {
+			why = append(why, s)
+		}
+	}
 	for i := range p.cfg.Limits {
 		l := &p.cfg.Limits[i]
 		if l.appliesTo(pod.Namespace, queue) {

@@ -34,6 +34,15 @@ func cpuPod() *corev1.Pod {
 
 var half = map[string]int64{api.ResourceNumber: 1, api.ResourceMemoryPercentage: 50, api.ResourceCores: 50}
 
+// regionOps is the end of the patch of a pod with one vGPU container and no volumes:
+// its region volume and the container's mount (region_test.go tests them in depth).
+func regionOps() string {
+	vol, _ := json.Marshal(api.RegionVolume(1))
+	mount, _ := json.Marshal(api.RegionVolumeMount())
+	return `{"op":"add","path":"/spec/volumes","value":[` + string(vol) + `]},` +
+		`{"op":"add","path":"/spec/containers/0/volumeMounts","value":[` + string(mount) + `]}]`
+}
+
 func TestMutate(t *testing.T) {
 	p := NewPolicy(DefaultConfig())
 	cases := []struct {
@@ -44,29 +53,29 @@ func TestMutate(t *testing.T) {
 	}{
 		{"a Deployment's vGPU pod goes to volcano in the configured default queue",
 			Review{Operation: Create, Pod: vgpuPod(nil, half)},
-			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"default"}}]`, true},
+			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"default"}},` + regionOps(), true},
 		{"the namespace's default queue wins over the configured one",
 			Review{Operation: Create, Pod: vgpuPod(map[string]string{"app": "x"}, half), NamespaceQueue: "research"},
-			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations/scheduling.volcano.sh~1queue-name","value":"research"}]`, true},
+			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations/scheduling.volcano.sh~1queue-name","value":"research"},` + regionOps(), true},
 		{"a queue the pod names is kept",
 			Review{Operation: Create, Pod: vgpuPod(map[string]string{PodQueueAnnotation: "mine"}, half), NamespaceQueue: "research"},
-			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"}]`, true},
+			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},` + regionOps(), true},
 		{"a VolcanoJob's pod keeps its scheduler and gets no queue annotation",
 			Review{Operation: Create, Pod: func() *corev1.Pod {
 				p := vgpuPod(map[string]string{GroupAnnotation: "job-1-pg", JobQueueAnnotation: "q1"}, half)
 				p.Spec.SchedulerName = "volcano"
 				return p
-			}()}, "", true},
+			}()}, "[" + regionOps(), true},
 		{"a pod in a hand-made PodGroup gets the scheduler but no queue",
 			Review{Operation: Create, Pod: vgpuPod(map[string]string{GroupAnnotation: "pg"}, half)},
-			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"}]`, true},
+			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},` + regionOps(), true},
 		{"a CPU-only pod is never touched",
 			Review{Operation: Create, Pod: cpuPod(), NamespaceQueue: "research"}, "", true},
 		{"an update is never mutated",
 			Review{Operation: Update, Pod: vgpuPod(nil, half), OldPod: vgpuPod(nil, half)}, "", true},
 		{"a malformed request is still routed: the validating webhook refuses it",
 			Review{Operation: Create, Pod: vgpuPod(map[string]string{api.AnnotationQoS: "gold"}, half)},
-			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations/scheduling.volcano.sh~1queue-name","value":"default"}]`, true},
+			`[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations/scheduling.volcano.sh~1queue-name","value":"default"},` + regionOps(), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -96,7 +105,7 @@ func TestMutateUsesTheConfiguredSchedulerAndResourceNames(t *testing.T) {
 	p := NewPolicy(cfg)
 	d := p.Mutate(Review{Operation: Create, Pod: vgpuPod(nil, map[string]int64{"example.com/vgpu": 1})})
 	b, _ := json.Marshal(d.Patch)
-	if want := `[{"op":"add","path":"/spec/schedulerName","value":"volcano-gpu"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"gpu"}}]`; string(b) != want {
+	if want := `[{"op":"add","path":"/spec/schedulerName","value":"volcano-gpu"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"gpu"}},` + regionOps(); string(b) != want {
 		t.Errorf("patch %s, want %s", b, want)
 	}
 	if d := p.Mutate(Review{Operation: Create, Pod: vgpuPod(nil, map[string]int64{api.ResourceNumber: 1})}); len(d.Patch) != 0 {

@@ -13,11 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -75,7 +77,7 @@ func TestHTTPMutatesTheReplicaSetsPodFromTheAPIServersJSON(t *testing.T) {
 	if r.UID != "3f1c5a0e-9d0b-4a41-8f6e-1d2b2c3e4f50" || !r.Allowed || r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch {
 		t.Fatalf("response %+v", r)
 	}
-	if want := `[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"research"}}]`; string(r.Patch) != want {
+	if want := `[{"op":"add","path":"/spec/schedulerName","value":"volcano"},{"op":"add","path":"/metadata/annotations","value":{"scheduling.volcano.sh/queue-name":"research"}},` + regionOps(); string(r.Patch) != want {
 		t.Errorf("patch %s, want %s", r.Patch, want)
 	}
 
@@ -182,7 +184,10 @@ func TestServeAnswersOverTLSWithTheSelfMadeCertificate(t *testing.T) {
 }
 
 // FuzzReview: whatever the API server (or anyone reaching the port) sends, the webhook
-// answers without panicking, and an answer is a response to the request it got.
+// answers without panicking, and an answer is a response to the request it got. A
+// mutation's patch applies to the pod as the API server would send it, and gives a pod
+// that did not use the region volume's name or path a region volume that every vGPU
+// container passes the agent's check with.
 func FuzzReview(f *testing.F) {
 	review, err := os.ReadFile("testdata/create-vgpu-pod.json")
 	if err != nil {
@@ -192,6 +197,14 @@ func FuzzReview(f *testing.F) {
 	f.Add(bytes.Replace(review, []byte(`"CREATE"`), []byte(`"UPDATE"`), 1))
 	f.Add(bytes.Replace(review, []byte(`"8192"`), []byte(`"-3"`), 2))
 	f.Add([]byte(`{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"x","resource":{"resource":"pods"},"object":{}}}`))
+	sidecar, err := os.ReadFile("testdata/create-vgpu-pod-with-sidecar.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(sidecar)
+	f.Add(bytes.ReplaceAll(sidecar, []byte(`"cache"`), []byte(`"tessera-region"`)))
+	f.Add(bytes.Replace(sidecar, []byte(`"/cache"`), []byte(`"/var/run/tessera-region/"`), 1))
+	f.Add(bytes.Replace(review, []byte(`"labels"`), []byte(`"annotations": {}, "labels"`), 1))
 	cfg := DefaultConfig()
 	cfg.Limits = []Limit{{AllowedQoS: []api.QoSClass{api.QoSFixedShare}, MaxCores: 50, MaxMemoryMiB: 4096}}
 	policy := NewPolicy(cfg)
@@ -217,7 +230,49 @@ func FuzzReview(f *testing.F) {
 				if err := json.Unmarshal(out.Response.Patch, &ops); err != nil || len(ops) == 0 {
 					t.Fatalf("patch %s: %v", out.Response.Patch, err)
 				}
+				checkMutation(t, policy, in.Request.Object.Raw, ops)
 			}
 		}
 	})
+}
+
+// checkMutation applies a mutation's patch to the pod in raw as the API server would
+// send it (its own encoding of the decoded pod) and checks the region volume.
+func checkMutation(t *testing.T, p *Policy, raw []byte, ops []PatchOp) {
+	t.Helper()
+	pod, err := decodePod(raw, "object")
+	if err != nil {
+		t.Fatalf("a pod that does not decode was patched: %v", err)
+	}
+	doc, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after corev1.Pod
+	if err := json.Unmarshal(applyPatch(t, doc, ops), &after); err != nil {
+		t.Fatalf("the patched pod does not decode: %v", err)
+	}
+	cs := p.vgpuContainers(pod)
+	names := map[string]bool{}
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		names[c.Name] = true
+	}
+	used := hasRegionVolume(pod)
+	for _, pc := range cs {
+		used = used || mountsRegion(pc.c) || overlay(pc) != ""
+	}
+	// Containers with one name (the API server refuses the pod) and more vGPU containers
+	// than the largest volume the agent accepts holds are out of the claim.
+	if used || len(names) != len(pod.Spec.InitContainers)+len(pod.Spec.Containers) ||
+		int64(len(cs))*api.RegionBytesPerContainer > api.MaxRegionVolumeBytes {
+		return
+	}
+	if why := p.regionRefusal(&after); why != "" {
+		t.Fatalf("the patched pod is refused: %s", why)
+	}
+	for _, pc := range cs {
+		if err := api.CheckRegionVolume(&after, pc.c.Name); err != nil {
+			t.Fatalf("container %s: %v", pc.c.Name, err)
+		}
+	}
 }

@@ -178,13 +178,14 @@ func mounts(c *corev1.Container) map[string]corev1.VolumeMount {
 }
 
 // checkAgent asserts the DaemonSet mounts every host directory the agent's
-// configuration names, at the same path, and gives the agent its node's name.
-func checkAgent(t *testing.T, r *Rendered, dpDir, podResDir, stateDir, hookDir string) *appsv1.DaemonSet {
+// configuration names, at the same path, and gives the agent its node's name. The
+// kubelet's pods directory is read-only and sees mounts the kubelet makes later.
+func checkAgent(t *testing.T, r *Rendered, dpDir, podResDir, podsDir, stateDir, hookDir string) *appsv1.DaemonSet {
 	t.Helper()
 	var ds appsv1.DaemonSet
 	r.Get(t, "DaemonSet", "gpu-tessera-vgpu-device-plugin", &ds)
 	hp := hostPaths(&ds)
-	want := map[string]string{"device-plugins": dpDir, "pod-resources": podResDir, "state": stateDir, "hook-library": hookDir}
+	want := map[string]string{"device-plugins": dpDir, "pod-resources": podResDir, "kubelet-pods": podsDir, "state": stateDir, "hook-library": hookDir}
 	for name, path := range want {
 		if hp[name] != path {
 			t.Errorf("hostPath volume %s = %q, want %q", name, hp[name], path)
@@ -208,6 +209,9 @@ func checkAgent(t *testing.T, r *Rendered, dpDir, podResDir, stateDir, hookDir s
 		if m[name].MountPath != path {
 			t.Errorf("agent mounts %s at %q, want the host path %q", name, m[name].MountPath, path)
 		}
+	}
+	if pods := m["kubelet-pods"]; !pods.ReadOnly || pods.MountPropagation == nil || *pods.MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("agent mounts the kubelet's pods directory as %+v, want read-only with HostToContainer propagation", pods)
 	}
 	init := &spec.InitContainers[0]
 	if im := mounts(init); im["hook-library"].MountPath != hookDir || im["hook-library"].ReadOnly {
@@ -236,7 +240,7 @@ func checkAgent(t *testing.T, r *Rendered, dpDir, podResDir, stateDir, hookDir s
 
 func TestDefaultAgentMountsTheKubeletDirectoriesAndTheHookLibrary(t *testing.T) {
 	r := MustRender(t, "")
-	ds := checkAgent(t, r, "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/lib/tessera", "/usr/local/tessera/lib")
+	ds := checkAgent(t, r, "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pods", "/var/lib/tessera", "/usr/local/tessera/lib")
 	spec := ds.Spec.Template.Spec
 	if len(spec.NodeSelector) != 0 {
 		t.Errorf("node selector %v: the default picks GPU nodes by node affinity alone", spec.NodeSelector)
@@ -286,7 +290,7 @@ func TestCustomValuesReachEveryObject(t *testing.T) {
 	if got := r.Kinds(); got["ServiceMonitor"] != 2 || r.Has("Role", "gpu-tessera-scheduler-leader-election") {
 		t.Errorf("kinds %v: want 2 ServiceMonitors and no leader-election Role", got)
 	}
-	checkAgent(t, r, "/data/kubelet/device-plugins", "/data/kubelet/pod-resources", "/data/tessera", "/opt/gpu/lib")
+	checkAgent(t, r, "/data/kubelet/device-plugins", "/data/kubelet/pod-resources", "/data/kubelet/pods", "/data/tessera", "/opt/gpu/lib")
 	var ds appsv1.DaemonSet
 	r.Get(t, "DaemonSet", "gpu-tessera-vgpu-device-plugin", &ds)
 	if ds.Spec.Template.Spec.RuntimeClassName == nil || *ds.Spec.Template.Spec.RuntimeClassName != "nvidia" {

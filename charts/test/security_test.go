@@ -49,9 +49,9 @@ func sameSet(t *testing.T, what string, got, want map[string]bool) {
 	}
 }
 
-// The agent pod: the runtime's seccomp profile, the library every vGPU container preloads
-// and the kubelet's PodResources directory read-only, every capability dropped (the agent
-// adds back CAP_KILL only: TestTheAgentMayKillOnlyWhenItsMemoryGuardEnforces).
+// The agent pod: the runtime's seccomp profile, the library every vGPU container preloads,
+// the kubelet's PodResources directory and its pods directory read-only, every capability
+// dropped (the agent adds back CAP_KILL only: TestTheAgentMayKillOnlyWhenItsMemoryGuardEnforces).
 func TestTheAgentPodIsHardened(t *testing.T) {
 	spec := agentPod(t, MustRender(t, ""))
 	if sc := spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
@@ -59,7 +59,7 @@ func TestTheAgentPodIsHardened(t *testing.T) {
 	}
 	agent := spec.Containers[0]
 	m := mounts(&agent)
-	for _, v := range []string{"pod-resources", "hook-library", "config"} {
+	for _, v := range []string{"pod-resources", "kubelet-pods", "hook-library", "config"} {
 		if !m[v].ReadOnly {
 			t.Errorf("the agent mounts %s writable", v)
 		}

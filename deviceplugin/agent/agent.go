@@ -127,11 +127,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	defer prc.Close()
 	uninst := watchUninstall(ctx, cfg, deps.Client, prc)
 	defer uninst.stop()
-	store := &records.Store{Root: cfg.StateDir, TmpfsBytes: cfg.ContainerTmpfsSize.Value()}
-	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods, ProcRoot: deps.ProcRoot})
-	if store.Growth, err = records.NewGrowthWatcher(m.RegionCut); err != nil {
-		klog.ErrorS(err, "Cannot watch regions for growth; a container that grows its region is cut back at GC passes only")
-	}
+	store := &records.Store{Root: cfg.StateDir}
+	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods, ProcRoot: deps.ProcRoot,
+		KubeletPodsDir: cfg.KubeletPodsDir})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
 		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
@@ -151,9 +149,6 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { pub.Run(ctx) })
 	run(func() { mon.Run(ctx) })
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
-	if store.Growth != nil {
-		run(func() { store.Growth.Run(ctx) })
-	}
 	if memGuard != nil {
 		run(func() { memGuard.Run(ctx) })
 	}

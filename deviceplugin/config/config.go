@@ -58,13 +58,6 @@ const (
 // reads its limits only from ContainerPath/limits.env, so containerDir must be this path.
 const ContainerPath = "/var/run/tessera"
 
-// Bounds of containerTmpfsSize (besides 0, which disables the tmpfs): the smallest holds
-// a region and two limits files on 64 KiB pages.
-const (
-	MinContainerTmpfsSize = 512 << 10
-	MaxContainerTmpfsSize = 64 << 20
-)
-
 // DefaultFatalXIDs are the XIDs that mean the card needs a reset or has failed. XIDs
 // that an application causes (13, 31, 43, 45, 68, ...) are not in the list.
 var DefaultFatalXIDs = []uint64{48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}
@@ -74,26 +67,29 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // Config is the node agent's configuration; docs/device-plugin.md documents each field.
 type Config struct {
-	Version            string          `json:"version"`
-	NodeName           string          `json:"nodeName,omitempty"`
-	Kubeconfig         string          `json:"kubeconfig,omitempty"`
-	ResourceName       string          `json:"resourceName"`
-	SharesPerCard      int             `json:"sharesPerCard"`
-	DevicePluginDir    string          `json:"devicePluginDir"`
-	PluginSocket       string          `json:"pluginSocket"`
-	PodResourcesSocket string          `json:"podResourcesSocket"`
-	StateDir           string          `json:"stateDir"`
-	HookLibrary        string          `json:"hookLibrary"`
-	Preload            string          `json:"preload"`
-	ContainerDir       string          `json:"containerDir"`
-	VGPULogLevel       string          `json:"vgpuLogLevel"`
-	HeartbeatInterval  metav1.Duration `json:"heartbeatInterval"`
-	VolcanoCompat      bool            `json:"volcanoCompat"`
-	MetricsAddress     string          `json:"metricsAddress"`
-	IdentifyTimeout    metav1.Duration `json:"identifyTimeout"`
-	GCInterval         metav1.Duration `json:"gcInterval"`
-	GCGracePeriod      metav1.Duration `json:"gcGracePeriod"`
-	Health             Health          `json:"health"`
+	Version            string `json:"version"`
+	NodeName           string `json:"nodeName,omitempty"`
+	Kubeconfig         string `json:"kubeconfig,omitempty"`
+	ResourceName       string `json:"resourceName"`
+	SharesPerCard      int    `json:"sharesPerCard"`
+	DevicePluginDir    string `json:"devicePluginDir"`
+	PluginSocket       string `json:"pluginSocket"`
+	PodResourcesSocket string `json:"podResourcesSocket"`
+	// KubeletPodsDir is the kubelet's pods directory as the agent sees it: the agent reads
+	// each container's region from its pod's region volume there (api.RegionVolumeName).
+	KubeletPodsDir    string          `json:"kubeletPodsDir"`
+	StateDir          string          `json:"stateDir"`
+	HookLibrary       string          `json:"hookLibrary"`
+	Preload           string          `json:"preload"`
+	ContainerDir      string          `json:"containerDir"`
+	VGPULogLevel      string          `json:"vgpuLogLevel"`
+	HeartbeatInterval metav1.Duration `json:"heartbeatInterval"`
+	VolcanoCompat     bool            `json:"volcanoCompat"`
+	MetricsAddress    string          `json:"metricsAddress"`
+	IdentifyTimeout   metav1.Duration `json:"identifyTimeout"`
+	GCInterval        metav1.Duration `json:"gcInterval"`
+	GCGracePeriod     metav1.Duration `json:"gcGracePeriod"`
+	Health            Health          `json:"health"`
 	// OtherGPUPlugins is what the agent does on a node where another device plugin
 	// (NVIDIA's) advertises GPUs: "refuse" serves nothing there, "share" serves anyway.
 	OtherGPUPlugins string `json:"otherGPUPlugins"`
@@ -118,10 +114,6 @@ type Config struct {
 	// signature at all, when AssignmentKeys is set: "refuse", or "allow" while migrating
 	// from Volcano's deviceshare, whose scheduler signs nothing.
 	UnsignedAssignments string `json:"unsignedAssignments"`
-	// ContainerTmpfsSize is the size of the tmpfs the agent mounts on each container's host
-	// directory (records.Store.TmpfsBytes); 0 mounts none. (ContainerDir must be
-	// ContainerPath; that key stays so that existing files load.)
-	ContainerTmpfsSize resource.Quantity `json:"containerTmpfsSize"`
 	// ContextReserve is the memory a CUDA context takes on a card, by card model: counted
 	// inside each container's memory limit (vgpu-core's TESSERA_CONTEXT_RESERVE_MIB), so that
 	// the memory the scheduler books for a card is what its containers hold on it.
@@ -235,11 +227,11 @@ func Default() *Config {
 		DevicePluginDir:    "/var/lib/kubelet/device-plugins",
 		PluginSocket:       "tessera-vgpu.sock",
 		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		KubeletPodsDir:     "/var/lib/kubelet/pods",
 		StateDir:           "/var/lib/tessera",
 		HookLibrary:        "/usr/local/tessera/lib/libvgpu.so",
 		Preload:            PreloadFile,
 		ContainerDir:       ContainerPath,
-		ContainerTmpfsSize: resource.MustParse("1Mi"),
 		VGPULogLevel:       "warn",
 		HeartbeatInterval:  d(30 * time.Second),
 		MetricsAddress:     ":9394",
@@ -279,7 +271,7 @@ func (c *Config) Validate() error {
 		bad("sharesPerCard", "%d, want 1..1000", c.SharesPerCard)
 	}
 	for field, p := range map[string]string{"devicePluginDir": c.DevicePluginDir, "podResourcesSocket": c.PodResourcesSocket,
-		"stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir, "cdiSpecDir": c.CDISpecDir} {
+		"kubeletPodsDir": c.KubeletPodsDir, "stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir, "cdiSpecDir": c.CDISpecDir} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
 		}
@@ -290,10 +282,6 @@ func (c *Config) Validate() error {
 	if filepath.IsAbs(c.ContainerDir) && filepath.Clean(c.ContainerDir) != ContainerPath {
 		bad("containerDir", "%q must be %s: vgpu-core reads its limits only from %s/limits.env (the key is kept so that existing files load)",
 			c.ContainerDir, ContainerPath, ContainerPath)
-	}
-	if v := c.ContainerTmpfsSize.Value(); v != 0 && (v < MinContainerTmpfsSize || v > MaxContainerTmpfsSize) {
-		bad("containerTmpfsSize", "%s (%d bytes), want 0 (no tmpfs) or 512Ki..64Mi: each container directory's tmpfs holds its region (about 290 KiB) and its limits file",
-			c.ContainerTmpfsSize.String(), v)
 	}
 	if c.Preload != PreloadFile && c.Preload != PreloadEnv {
 		bad("preload", "%q, want %s or %s", c.Preload, PreloadFile, PreloadEnv)

@@ -103,10 +103,8 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 			[]string{`containerDir: "/opt/tessera" must be /var/run/tessera: vgpu-core reads its limits only from /var/run/tessera/limits.env`}},
 		{"a container directory flag is checked as well", "version: v1\nnodeName: n\n", []string{"--container-dir=/run/tessera"},
 			[]string{`containerDir: "/run/tessera" must be /var/run/tessera`}},
-		{"a container tmpfs too small for a region is refused", "version: v1\nnodeName: n\ncontainerTmpfsSize: 64Ki\n", nil,
-			[]string{`containerTmpfsSize: 64Ki (65536 bytes), want 0 (no tmpfs) or 512Ki..64Mi`}},
-		{"a malformed container tmpfs size names the flag", "version: v1\nnodeName: n\n", []string{"--container-tmpfs-size=big"},
-			[]string{"--container-tmpfs-size"}},
+		{"a relative kubelet pods directory is refused", "version: v1\nnodeName: n\nkubeletPodsDir: var/lib/kubelet/pods\n", nil,
+			[]string{`kubeletPodsDir: "var/lib/kubelet/pods" is not an absolute path`}},
 		{"an unknown memory guard mode is named with its choices", "version: v1\nnodeName: n\nmemoryGuard:\n  mode: kill\n", nil,
 			[]string{`memoryGuard.mode: "kill", want off, report or enforce`}},
 		{"the memory guard's numbers are bounded", "version: v1\nnodeName: n\nmemoryGuard:\n  mode: report\n  interval: 100ms\n  overChecks: 0\n  contextAllowance: 20Gi\n  countedProcesses: -1\n", nil,
@@ -130,28 +128,28 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 	}
 }
 
-// Old files name containerDir (its one valid value) and know no containerTmpfsSize; both
-// load, and the tmpfs can be sized or turned off from every source.
-func TestContainerDirAndTmpfsSize(t *testing.T) {
+// Old files name containerDir (its one valid value): they load. The kubelet's pods
+// directory, where the agent reads region volumes, comes from every source.
+func TestContainerDirAndKubeletPodsDir(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		file string
 		args []string
 		env  map[string]string
-		want int64
+		want string
 	}{
-		{"an old file with containerDir loads, with the default tmpfs", "version: v1\nnodeName: n\ncontainerDir: /var/run/tessera/\n", nil, nil, 1 << 20},
-		{"the file sizes the tmpfs", "version: v1\nnodeName: n\ncontainerTmpfsSize: 2Mi\n", nil, nil, 2 << 20},
-		{"the environment turns it off", "version: v1\nnodeName: n\n", nil, map[string]string{"TESSERA_DP_CONTAINER_TMPFS_SIZE": "0"}, 0},
-		{"a flag sizes it", "version: v1\nnodeName: n\n", []string{"--container-tmpfs-size=512Ki"}, nil, 512 << 10},
+		{"an old file with containerDir loads, with the default pods directory", "version: v1\nnodeName: n\ncontainerDir: /var/run/tessera/\n", nil, nil, "/var/lib/kubelet/pods"},
+		{"the file names it", "version: v1\nnodeName: n\nkubeletPodsDir: /var/lib/k0s/kubelet/pods\n", nil, nil, "/var/lib/k0s/kubelet/pods"},
+		{"the environment names it", "version: v1\nnodeName: n\n", nil, map[string]string{"TESSERA_DP_KUBELET_PODS_DIR": "/data/kubelet/pods"}, "/data/kubelet/pods"},
+		{"a flag names it", "version: v1\nnodeName: n\n", []string{"--kubelet-pods-dir=/x/pods"}, nil, "/x/pods"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Load(append([]string{"--config", writeFile(t, tt.file)}, tt.args...), env(tt.env))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.ContainerTmpfsSize.Value(); got != tt.want {
-				t.Errorf("containerTmpfsSize = %d bytes, want %d", got, tt.want)
+			if c.KubeletPodsDir != tt.want {
+				t.Errorf("kubeletPodsDir = %q, want %q", c.KubeletPodsDir, tt.want)
 			}
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -48,14 +47,11 @@ var fields = []field{
 	{"device-plugin-dir", "kubelet device plugin directory", str(func(c *Config) *string { return &c.DevicePluginDir })},
 	{"plugin-socket", "socket file name inside the device plugin directory", str(func(c *Config) *string { return &c.PluginSocket })},
 	{"pod-resources-socket", "kubelet PodResources socket", str(func(c *Config) *string { return &c.PodResourcesSocket })},
+	{"kubelet-pods-dir", "kubelet's pods directory, where the agent reads each container's region volume", str(func(c *Config) *string { return &c.KubeletPodsDir })},
 	{"state-dir", "host directory for per-container directories", str(func(c *Config) *string { return &c.StateDir })},
 	{"hook-library", "host path of libvgpu.so", str(func(c *Config) *string { return &c.HookLibrary })},
 	{"preload", "how the hook library is preloaded: ld-so-preload or env", str(func(c *Config) *string { return &c.Preload })},
 	{"container-dir", "where the container finds its limits file and region; must be " + ContainerPath, str(func(c *Config) *string { return &c.ContainerDir })},
-	{"container-tmpfs-size", "size of the tmpfs mounted on each container's host directory (needs CAP_SYS_ADMIN); 0 mounts none", func(c *Config, v string) (err error) {
-		c.ContainerTmpfsSize, err = resource.ParseQuantity(v)
-		return err
-	}},
 	{"vgpu-log-level", "vgpu-core log level: error, warn, info or debug", str(func(c *Config) *string { return &c.VGPULogLevel })},
 	{"heartbeat-interval", "node heartbeat annotation interval", dur(func(c *Config) *metav1.Duration { return &c.HeartbeatInterval })},
 	{"volcano-compat", "also write volcano.sh/node-vgpu-register", func(c *Config, v string) (err error) {

@@ -1,5 +1,5 @@
-// Package gc finishes interrupted handoffs, removes the per-container directories of pods
-// that are gone and cuts regions their containers grew back to a region's size.
+// Package gc finishes interrupted handoffs and removes the per-container directories of
+// pods that are gone.
 package gc
 
 import (
@@ -59,7 +59,6 @@ func (m *Maintainer) Once(ctx context.Context) []string {
 		klog.ErrorS(err, "Cannot list container directories")
 		return nil
 	}
-	m.store.TrimRegions(recs)
 	tracked, err := m.kubeletNames(ctx)
 	if err != nil {
 		klog.ErrorS(err, "Cannot ask the kubelet which pods it tracks; keeping every directory this pass")

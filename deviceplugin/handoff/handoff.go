@@ -286,6 +286,14 @@ func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[str
 	}
 	rec := &records.Record{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: string(c.pod.UID), Container: c.c.Name,
 		SlotIDs: append([]string(nil), ids...), Cards: h.indexOrder(c.c.Cards), QoS: c.asg.QoS, Allocated: h.now()}
+	// The pod spec is the tenant's: only a region volume as Tessera makes it holds the
+	// region where the agent reads it; anything else leaves it in the container's /dev/shm.
+	if err := api.CheckRegionVolume(c.pod, c.c.Name); err != nil {
+		klog.V(2).InfoS("The container keeps its region in its /dev/shm; its usage will be missing from the agent's metrics",
+			"pod", klog.KObj(c.pod), "container", c.c.Name, "reason", err.Error())
+	} else {
+		rec.RegionVolume = true
+	}
 	if err := h.store.Prepare(rec, h.cfg.Container.LimitsFile(rec)); err != nil {
 		return nil, "", err
 	}

@@ -29,7 +29,7 @@ func checkResponse(t *testing.T, who string, a *kubeletsim.Allocation, want expe
 }
 
 func limitsFor(want expect) string {
-	return fmt.Sprintf("version=1\n%s=%s\n%s=%s\n%s=%s\n%s=fixed-share\n%s=/var/run/tessera/region\n%s=info\n",
+	return fmt.Sprintf("version=1\n%s=%s\n%s=%s\n%s=%s\n%s=fixed-share\n%s=/dev/shm/tessera-main.region\n%s=info\n",
 		api.EnvVisibleUUIDs, want.uuids, api.EnvMemoryLimitMiB, want.mem, api.EnvSMLimit, want.sm, api.EnvQoS, api.EnvSharedRegion, api.EnvLogLevel)
 }
 
@@ -98,6 +98,14 @@ func TestAMultiContainerPodGetsEachContainerItsOwnCards(t *testing.T) {
 		ctr{"sidecar", nil},
 		ctr{"actor", []api.CardAssignment{card(u[2], 2000, 20)}},
 	)
+	// The pod's region volume, mounted by the actor only (as the webhook would not do: the
+	// learner then keeps its region in its /dev/shm).
+	p.Spec.Volumes = append(p.Spec.Volumes, api.RegionVolume(2))
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == "actor" {
+			p.Spec.Containers[i].VolumeMounts = append(p.Spec.Containers[i].VolumeMounts, api.RegionVolumeMount())
+		}
+	}
 	h.bind(p)
 	resps, err := h.kubelet.Admit(h.ctx, p)
 	if err != nil {
@@ -112,16 +120,20 @@ func TestAMultiContainerPodGetsEachContainerItsOwnCards(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitHandoff(p, api.HandoffDone)
-	if got := h.limitsFile(p, "actor"); !strings.Contains(got, api.EnvMemoryLimitMiB+"=2000\n") {
-		t.Errorf("actor limits file:\n%s", got)
+	if got := h.limitsFile(p, "actor"); !strings.Contains(got, api.EnvMemoryLimitMiB+"=2000\n") ||
+		!strings.Contains(got, api.EnvSharedRegion+"=/var/run/tessera-region/tessera-actor.region\n") {
+		t.Errorf("actor limits file (region on the pod's volume):\n%s", got)
+	}
+	if got := h.limitsFile(p, "learner"); !strings.Contains(got, api.EnvSharedRegion+"=/dev/shm/tessera-learner.region\n") {
+		t.Errorf("learner limits file (no volume mounted: region in /dev/shm):\n%s", got)
 	}
 	mounts := map[string]string{}
 	for _, m := range resps["actor"].Response.Mounts {
 		mounts[m.ContainerPath] = m.HostPath
 	}
 	if !strings.HasSuffix(mounts["/var/run/tessera/limits.env"], "/pods/uid-trainer/actor/limits.env") ||
-		!strings.HasSuffix(mounts["/var/run/tessera/region"], "/pods/uid-trainer/actor/region") || mounts["/etc/ld.so.preload"] == "" {
-		t.Errorf("actor mounts = %v", mounts)
+		mounts["/etc/ld.so.preload"] == "" || len(mounts) != 3 {
+		t.Errorf("actor mounts = %v; want the hook library, the preload file and the limits file only", mounts)
 	}
 }
 

@@ -34,7 +34,12 @@ func inContainer(t *testing.T, lib, prog string, mounts [][3]string, args ...str
 	var script strings.Builder
 	script.WriteString("set -eu\nmount -t tmpfs -o mode=0755 tessera-test /run\nmkdir -p " + config.ContainerPath + "\n")
 	for _, m := range mounts { // container path, host path, "ro" or "rw"
-		fmt.Fprintf(&script, ": > %s\nmount --bind %s %s\n", m[0], m[1], m[0])
+		if st, err := os.Stat(m[1]); err == nil && st.IsDir() {
+			fmt.Fprintf(&script, "mkdir -p %s\n", m[0]) // a volume: a directory mount
+		} else {
+			fmt.Fprintf(&script, ": > %s\n", m[0])
+		}
+		fmt.Fprintf(&script, "mount --bind %s %s\n", m[1], m[0])
 		if m[2] == "ro" {
 			fmt.Fprintf(&script, "mount -o remount,bind,ro %s\n", m[0])
 			// Not even root in the container may change it.
@@ -49,8 +54,9 @@ func inContainer(t *testing.T, lib, prog string, mounts [][3]string, args ...str
 			env = append(env, kv)
 		}
 	}
-	// No TESSERA_LIMITS_FILE or TESSERA_SHARED_REGION: vgpu-core's fixed paths, where the
-	// two mounts are. Only the stub driver's own settings come from the environment.
+	// No TESSERA_LIMITS_FILE or TESSERA_SHARED_REGION: vgpu-core's fixed limits path, where
+	// the mount is, and the region path that file names. Only the stub driver's own
+	// settings come from the environment.
 	cmd.Env = append(env, "LD_PRELOAD="+lib, "TESSERA_STUB_DEVICES=2", "TESSERA_STUB_MEMORY_MIB=4096")
 	return cmd
 }
@@ -81,20 +87,21 @@ func buildVGPUCore(t *testing.T) (lib, prog string) {
 	return filepath.Join(dir, "build", "libvgpu.so"), filepath.Join(dir, "build", "tests", "contract_region")
 }
 
-// The whole path of a container's two files with the real hook library: the agent creates
-// them (records.Store.Prepare: a zero region, a read-only limits file), hands them over as
-// this package's two single-file mounts, and vgpu-core, running as a non-root user that
-// could create nothing in the directory, initialises the zero region, reads its limits
-// from the read-only file at the fixed path, and enforces them across processes; the
-// agent then reads what it wrote.
-func TestContractANonRootContainerUsesTheAgentsRegionThroughTheTwoMounts(t *testing.T) {
+// The whole path of a container's files with the real hook library: the agent writes the
+// limits file (records.Store.Prepare) and hands it over as this package's one read-only
+// mount; the pod's region volume (here a host directory mounted as the kubelet mounts a
+// volume) is the container's own. vgpu-core, running as a non-root user, reads its limits
+// from the read-only file at the fixed path, creates its region on the volume where that
+// file says, and enforces the limits across processes; the agent then reads what it wrote
+// from the volume's host side.
+func TestContractANonRootContainerKeepsItsRegionOnItsPodsVolume(t *testing.T) {
 	lib, prog := buildVGPUCore(t)
 	size, err := usage.RegionFileSize()
 	if err != nil {
 		t.Skip(err)
 	}
 	store := &records.Store{Root: t.TempDir()}
-	rec := &records.Record{Namespace: "ns", Pod: "p", UID: "u", Container: "main", QoS: api.QoSFixedShare,
+	rec := &records.Record{Namespace: "ns", Pod: "p", UID: "u", Container: "main", QoS: api.QoSFixedShare, RegionVolume: true,
 		Cards: []api.CardAssignment{{UUID: stubUUID0, MemoryMiB: 1024, Cores: 100}, {UUID: stubUUID1, MemoryMiB: 2048, Cores: 50}}}
 	c := container(config.HandoffCDI, config.PreloadFile)
 	if err := store.Prepare(rec, c.LimitsFile(rec)); err != nil {
@@ -109,6 +116,14 @@ func TestContractANonRootContainerUsesTheAgentsRegionThroughTheTwoMounts(t *test
 		}
 		mounts = append(mounts, [3]string{m.ContainerPath, m.HostPath, rw})
 	}
+	if len(mounts) != 1 || mounts[0][0] != LimitsPath || mounts[0][2] != "ro" {
+		t.Fatalf("the response mounts %v; want only the limits file, read-only", mounts)
+	}
+	volume := t.TempDir()
+	if err := os.Chmod(volume, 0o777); err != nil { // an emptyDir's mode
+		t.Fatal(err)
+	}
+	mounts = append(mounts, [3]string{api.RegionMountPath, volume, "rw"})
 
 	holder := inContainer(t, lib, prog, mounts, "0:100", "1:300")
 	holder.Stderr = os.Stderr
@@ -146,7 +161,7 @@ func TestContractANonRootContainerUsesTheAgentsRegionThroughTheTwoMounts(t *test
 		t.Fatalf("a second process allocating past the limit of limits.env: %v\n%s", err, out)
 	}
 
-	region := filepath.Join(hostDir, records.RegionFileName)
+	region := filepath.Join(volume, api.RegionFile(rec.Container))
 	u, r, err := usage.NewSampler("/proc", true).Container(region)
 	if err != nil {
 		t.Fatalf("reading the region vgpu-core initialised: %v", err)

@@ -58,7 +58,7 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 		{api.EnvMemoryLimitMiB, strings.Join(mem, ",")},
 		{api.EnvSMLimit, strings.Join(sm, ",")},
 		{api.EnvQoS, string(rec.QoS)},
-		{api.EnvSharedRegion, RegionPath},
+		{api.EnvSharedRegion, api.RegionPathIn(rec.RegionVolume, rec.Container)},
 		{api.EnvLogLevel, c.LogLevel},
 	}
 	if r := c.contextReserve(rec); r > 0 {
@@ -80,11 +80,10 @@ func (c *Container) contextReserve(rec *records.Record) int64 {
 	return r
 }
 
-// Where a container finds its two files (vgpu-core's fixed paths).
-const (
-	LimitsPath = config.ContainerPath + "/" + records.LimitsFileName
-	RegionPath = config.ContainerPath + "/" + records.RegionFileName
-)
+// LimitsPath is where a container finds its limits file (vgpu-core's fixed path). Its
+// region's path is in that file: on the pod's region volume or in its /dev/shm
+// (api.RegionPathIn).
+const LimitsPath = config.ContainerPath + "/" + records.LimitsFileName
 
 // SMLimit turns an assignment's cores into vgpu-core's SM limit: 0 cores (no compute
 // reserved, as Volcano writes for memory-only requests) runs uncapped, like 100.
@@ -107,10 +106,9 @@ func (c *Container) LimitsFile(rec *records.Record) string {
 
 // Response is the kubelet's answer for one container: visible cards (as the environment,
 // CDI devices or both, by Handoff), the vgpu-core environment, the hook library and the
-// container's two files from hostDir (its records.Store directory), each mounted alone:
-// limits.env read-only at LimitsPath and the region read-write at RegionPath. The
-// directory itself is never mounted, so nothing in the container can create, replace or
-// rename a file in it; both files exist before the container starts (records.Store).
+// container's limits file from hostDir (its records.Store directory), mounted alone and
+// read-only at LimitsPath. Nothing the container can write is mounted from the host: its
+// region lives in its own pod (api.RegionVolumeName).
 func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.ContainerAllocateResponse {
 	env := map[string]string{
 		// Cards are listed in PCI bus order; this makes CUDA ordinals follow it too.
@@ -149,12 +147,11 @@ func (c *Container) Response(rec *records.Record, hostDir string) *pluginapi.Con
 	return resp
 }
 
-// ContainerMounts are the two single-file mounts of a container's files from its host
-// directory: the limits file read-only, the region read-write.
+// ContainerMounts is the one mount of a container's files from its host directory: the
+// limits file, alone and read-only.
 func ContainerMounts(hostDir string) []*pluginapi.Mount {
 	return []*pluginapi.Mount{
 		{ContainerPath: LimitsPath, HostPath: filepath.Join(hostDir, records.LimitsFileName), ReadOnly: true},
-		{ContainerPath: RegionPath, HostPath: filepath.Join(hostDir, records.RegionFileName), ReadOnly: false},
 	}
 }
 

@@ -14,9 +14,10 @@ import (
 )
 
 const (
-	lib    = "/usr/local/tessera/lib/libvgpu.so"
-	limits = "/var/run/tessera/limits.env"
-	region = "/var/run/tessera/region"
+	lib          = "/usr/local/tessera/lib/libvgpu.so"
+	limits       = "/var/run/tessera/limits.env"
+	shmRegion    = "/dev/shm/tessera-main.region"
+	volumeRegion = "/var/run/tessera-region/tessera-main.region"
 )
 
 func container(handoff, preload string) *Container {
@@ -58,15 +59,15 @@ func TestResponseHandsCardsAndHookOverTheModesPath(t *testing.T) {
 		ldPreloadEnv string
 	}{
 		{"env mode names the cards in NVIDIA_VISIBLE_DEVICES and mounts the hook", config.HandoffEnv, config.PreloadFile,
-			"GPU-b,GPU-d", nil, []string{lib, limits, region, "/etc/ld.so.preload"}, ""},
+			"GPU-b,GPU-d", nil, []string{lib, limits, "/etc/ld.so.preload"}, ""},
 		{"an empty mode is env mode", "", config.PreloadEnv,
-			"GPU-b,GPU-d", nil, []string{lib, limits, region}, lib},
+			"GPU-b,GPU-d", nil, []string{lib, limits}, lib},
 		{"cdi mode names the cards and the hook as CDI devices and voids the NVIDIA variable", config.HandoffCDI, config.PreloadFile,
-			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits, region}, ""},
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits}, ""},
 		{"cdi mode leaves LD_PRELOAD to the spec", config.HandoffCDI, config.PreloadEnv,
-			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits, region}, ""},
+			"void", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}, []string{limits}, ""},
 		{"both mode does what env does and names the cards as CDI devices", config.HandoffBoth, config.PreloadFile,
-			"GPU-b,GPU-d", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d"}, []string{lib, limits, region, "/etc/ld.so.preload"}, ""},
+			"GPU-b,GPU-d", []string{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-d"}, []string{lib, limits, "/etc/ld.so.preload"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,18 +86,19 @@ func TestResponseHandsCardsAndHookOverTheModesPath(t *testing.T) {
 			}
 			// The per-container part is the same in every mode.
 			if r.Envs[api.EnvVisibleUUIDs] != "GPU-b,GPU-d" || r.Envs[api.EnvMemoryLimitMiB] != "4096,4096" ||
-				r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != region || r.Envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+				r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != shmRegion || r.Envs["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
 				t.Errorf("vgpu-core environment %v", r.Envs)
 			}
 		})
 	}
 }
 
-// The container's directory is never mounted: it gets exactly two files of it, the limits
-// file read-only and the region read-write, at vgpu-core's fixed paths, in every mode and
-// whatever the (ignored) Dir says.
-func TestResponseMountsExactlyTheLimitsFileReadOnlyAndTheRegionReadWrite(t *testing.T) {
-	want := []string{limits + " <- /var/lib/tessera/pods/u/main/limits.env ro", region + " <- /var/lib/tessera/pods/u/main/region rw"}
+// The container's directory is never mounted: it gets exactly one file of it, the limits
+// file, read-only, at vgpu-core's fixed path, in every mode and whatever the (ignored) Dir
+// says. Nothing writable comes from the host: the limits file names the region in the
+// container's own pod, on its region volume when Allocate found it, else in /dev/shm.
+func TestResponseMountsOnlyTheLimitsFileReadOnly(t *testing.T) {
+	want := []string{limits + " <- /var/lib/tessera/pods/u/main/limits.env ro"}
 	for _, handoff := range []string{config.HandoffEnv, config.HandoffCDI, config.HandoffBoth} {
 		for _, preload := range []string{config.PreloadFile, config.PreloadEnv} {
 			c := container(handoff, preload)
@@ -119,11 +121,16 @@ func TestResponseMountsExactlyTheLimitsFileReadOnlyAndTheRegionReadWrite(t *test
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s/%s: the container's own mounts are %q, want exactly %q", handoff, preload, got, want)
 			}
-			if r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != region {
+			if r.Envs[api.EnvLimitsFile] != limits || r.Envs[api.EnvSharedRegion] != shmRegion {
 				t.Errorf("%s/%s: environment points at %s and %s", handoff, preload, r.Envs[api.EnvLimitsFile], r.Envs[api.EnvSharedRegion])
 			}
-			if f := c.LimitsFile(record()); !strings.Contains(f, api.EnvSharedRegion+"="+region+"\n") {
+			if f := c.LimitsFile(record()); !strings.Contains(f, api.EnvSharedRegion+"="+shmRegion+"\n") {
 				t.Errorf("limits file names another region:\n%s", f)
+			}
+			onVolume := record()
+			onVolume.RegionVolume = true
+			if f := c.LimitsFile(onVolume); !strings.Contains(f, api.EnvSharedRegion+"="+volumeRegion+"\n") {
+				t.Errorf("limits file of a container with the region volume names another region:\n%s", f)
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/deviceplugin/usage"
@@ -55,7 +56,7 @@ func newDescs(node string) descs {
 		processes:   d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
 		queue: d("container_queue_info", "1 for every vGPU container, labelled with its Volcano queue (the pod's "+queueKey+" label; empty when it has none): join on namespace, pod, container to sum use by queue.",
 			[]string{"namespace", "pod", "container", "queue"}),
-		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt.", pod),
+		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt; absent for a container without the region volume (its region is in its /dev/shm).", pod),
 	}
 }
 
@@ -171,6 +172,20 @@ type regionRead struct {
 // errNotRead is the result of a region the scrape had no time left for.
 var errNotRead = errors.New("not read within the scrape's time for regions")
 
+// errNoVolume is the result of a container that keeps its region in its own /dev/shm,
+// which the agent cannot read (its pod has no region volume as Tessera makes it).
+var errNoVolume = errors.New("the region is in the container's /dev/shm: its pod has no region volume")
+
+// regionPath is where the agent reads a container's region: on the host side of its pod's
+// region volume, as the kubelet lays out an emptyDir; "" when the container has none.
+func (c *collector) regionPath(r *records.Record) string {
+	if !r.RegionVolume || c.src.KubeletPodsDir == "" {
+		return ""
+	}
+	return filepath.Join(c.src.KubeletPodsDir, r.UID, "volumes", "kubernetes.io~empty-dir", api.RegionVolumeName,
+		api.RegionFile(r.Container))
+}
+
 // readRegions reads the regions of recs, in order, in one goroutine (one usage.Sampler:
 // one scan of the host's processes at most), and waits for it at most the scrape's
 // budget: regions not read by then are errNotRead. The files are opened so that none can
@@ -193,7 +208,7 @@ func (c *collector) readRegions(recs []*records.Record) []regionRead {
 	}
 	paths := make([]string, len(recs))
 	for i, r := range recs {
-		paths[i] = filepath.Join(c.src.Store.ContainerDir(r.UID, r.Container), records.RegionFileName)
+		paths[i] = c.regionPath(r)
 	}
 	type indexed struct {
 		i   int
@@ -207,6 +222,10 @@ func (c *collector) readRegions(recs []*records.Record) []regionRead {
 		for i, p := range paths {
 			if expired.Load() {
 				return
+			}
+			if p == "" {
+				results <- indexed{i, regionRead{err: errNoVolume}}
+				continue
 			}
 			u, err := c.read(s, p)
 			results <- indexed{i, regionRead{u, err}}
@@ -249,6 +268,9 @@ func (c *collector) containerUsage(ch chan<- prometheus.Metric, r *records.Recor
 		gauge(ch, c.d.regionReadable, 1, labels...)
 		gauge(ch, c.d.processes, float64(res.u.LiveProcs), labels...)
 		return &res.u
+	case errors.Is(err, errNoVolume):
+		// By design, not an error: nothing to count, nothing known of its hook, and no
+		// readable gauge (0 there means a region the agent should read and cannot).
 	case errors.Is(err, errNotRead):
 		refused(ReasonTimeout)
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, usage.ErrNotRegion):

@@ -28,7 +28,6 @@ type Metrics struct {
 	registrations prometheus.Counter
 	refusals      *prometheus.CounterVec
 	regionErrors  *prometheus.CounterVec
-	regionCuts    prometheus.Counter
 	now           func() time.Time
 }
 
@@ -43,6 +42,9 @@ type Sources struct {
 	// ProcRoot is the procfs that shows the containers' processes (default /proc); whether
 	// it does is checked at start (usage.SeesHostPIDs).
 	ProcRoot string
+	// KubeletPodsDir is the kubelet's pods directory as the agent sees it: a container's
+	// region is read from its pod's region volume there (api.RegionVolumeName).
+	KubeletPodsDir string
 	// RegionReadBudget bounds the time one scrape spends reading all containers' regions
 	// (default DefaultRegionReadBudget); containers not read by then are skipped.
 	RegionReadBudget time.Duration
@@ -85,15 +87,13 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		regionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "agent_region_read_errors_total", ConstLabels: node,
 			Help: "Containers' shared regions the agent refused or could not read at a scrape, by reason: not_regular_file, size, layout, timeout, error."},
 			[]string{"reason"}),
-		regionCuts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "agent_region_growth_cuts_total", ConstLabels: node,
-			Help: "Times a container grew its shared region (ftruncate, a write past its end, fallocate) and the agent cut it back to its size."}),
 		now: time.Now,
 	}
 	for _, r := range []string{ReasonNotRegularFile, ReasonSize, ReasonLayout, ReasonTimeout, ReasonError} {
 		m.regionErrors.WithLabelValues(r)
 	}
 	reg.MustRegister(m.calls, m.callSeconds, m.publishes, m.publishSecond, m.lastPublish, m.registrations, m.refusals, m.regionErrors,
-		m.regionCuts, newCollector(src, m.regionErrors))
+		newCollector(src, m.regionErrors))
 	return m
 }
 
@@ -114,9 +114,6 @@ func (m *Metrics) ObservePublish(err error, d time.Duration) {
 		m.lastPublish.Set(float64(m.now().UnixNano()) / 1e9)
 	}
 }
-
-// RegionCut counts a grown region cut back (records.GrowthWatcher).
-func (m *Metrics) RegionCut(string, int64) { m.regionCuts.Inc() }
 
 // Registered counts a kubelet registration.
 func (m *Metrics) Registered() { m.registrations.Inc() }

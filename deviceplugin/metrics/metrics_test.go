@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,11 +47,12 @@ func fixture(t *testing.T) (*cards.Registry, *records.Store) {
 	for _, r := range []records.Record{
 		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0", "GPU-b::0"},
 			Cards: []api.CardAssignment{{UUID: "GPU-b", MemoryMiB: 1000, Cores: 100}, {UUID: "GPU-a", MemoryMiB: 3000, Cores: 30}},
-			QoS:   api.QoSFixedShare, Started: &started},
+			QoS:   api.QoSFixedShare, Started: &started, RegionVolume: true},
 		{Namespace: "ns", Pod: "gone", UID: "u2", Container: "c", SlotIDs: []string{"GPU-a::1"},
-			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 5000, Cores: 0}}, QoS: api.QoSFixedShare},
+			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 5000, Cores: 0}}, QoS: api.QoSFixedShare, RegionVolume: true},
 		{Namespace: "ns", Pod: "nohook", UID: "u3", Container: "c", SlotIDs: []string{"GPU-a::2"},
-			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 10}}, QoS: api.QoSFixedShare, Started: &started},
+			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 10}}, QoS: api.QoSFixedShare, Started: &started,
+			RegionVolume: true},
 	} {
 		if err := store.Prepare(&r, "version=1\n"); err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func fixture(t *testing.T) (*cards.Registry, *records.Store) {
 	if err != nil {
 		t.Skip(err)
 	}
-	if err := os.WriteFile(filepath.Join(store.ContainerDir("u1", "c"), records.RegionFileName), b, 0o644); err != nil {
+	if err := os.WriteFile(regionOf(t, store, "u1"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return reg, store
@@ -86,7 +86,7 @@ func TestMetricsReportCardsAndTheContainersOfLivePodsOnly(t *testing.T) {
 	reg, store := fixture(t)
 	promReg := prometheus.NewPedanticRegistry()
 	// A procfs that is not the host's: every registered process counts as alive.
-	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{"u1": true, "u3": true}, ProcRoot: t.TempDir()})
+	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: livePods{"u1": true, "u3": true}, ProcRoot: t.TempDir()})
 	m.ObserveCall("Allocate", nil, time.Millisecond)
 	m.ObserveCall("Allocate", errors.New("refused"), time.Millisecond)
 	want := `
@@ -137,7 +137,7 @@ func TestMetricsLeaveOutProcessesTheHostSaysAreGone(t *testing.T) {
 	}
 	reg, store := fixture(t)
 	promReg := prometheus.NewPedanticRegistry()
-	New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{"u1": true}})
+	New(promReg, Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: livePods{"u1": true}})
 	want := `
 # HELP tessera_container_gpu_memory_used_bytes Device memory the container's live processes hold on the card, read from vgpu-core's shared region.
 # TYPE tessera_container_gpu_memory_used_bytes gauge
@@ -156,7 +156,7 @@ tessera_container_gpu_processes{container="c",namespace="ns",node="n1",pod="live
 func TestLastPublishTimestamp(t *testing.T) {
 	reg, store := fixture(t)
 	promReg := prometheus.NewPedanticRegistry()
-	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{}})
+	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: livePods{}})
 	m.now = func() time.Time { return time.Unix(1700000000, 500e6) }
 	m.ObservePublish(nil, time.Millisecond)
 	m.now = func() time.Time { return time.Unix(1800000000, 0) }

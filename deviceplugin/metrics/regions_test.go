@@ -29,7 +29,7 @@ func hostileNode(t *testing.T, uids ...string) (*cards.Registry, *records.Store,
 	started := time.Unix(1700000000, 0)
 	for _, uid := range uids {
 		r := records.Record{Namespace: "ns", Pod: uid, UID: uid, Container: "c", SlotIDs: []string{"GPU-a::0"},
-			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 30}}, QoS: api.QoSFixedShare}
+			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 1000, Cores: 30}}, QoS: api.QoSFixedShare, RegionVolume: true}
 		if err := store.Prepare(&r, "version=1\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -41,8 +41,18 @@ func hostileNode(t *testing.T, uids ...string) (*cards.Registry, *records.Store,
 	return reg, store, live
 }
 
-func regionOf(store *records.Store, uid string) string {
-	return filepath.Join(store.ContainerDir(uid, "c"), records.RegionFileName)
+// kubeletPods stands in for the kubelet's pods directory in these tests.
+func kubeletPods(store *records.Store) string { return filepath.Join(store.Root, "kubelet-pods") }
+
+// regionOf is where the kubelet's side of the pod's region volume holds container c's
+// region (the directory is made; the file is the test's to write).
+func regionOf(t *testing.T, store *records.Store, uid string) string {
+	t.Helper()
+	dir := filepath.Join(kubeletPods(store), uid, "volumes", "kubernetes.io~empty-dir", api.RegionVolumeName)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, api.RegionFile("c"))
 }
 
 func writeRegion(t *testing.T, path string, usedBytes uint64) {
@@ -95,29 +105,27 @@ func TestAScrapeSurvivesHostileRegions(t *testing.T) {
 		t.Skip("regions exist on Linux nodes only")
 	}
 	reg, store, live := hostileNode(t, "fifo", "good", "grown", "link", "dir")
-	writeRegion(t, regionOf(store, "good"), 5<<20)
+	writeRegion(t, regionOf(t, store, "good"), 5<<20)
 	for uid, alter := range map[string]func(string) error{
 		"fifo":  func(p string) error { return syscall.Mkfifo(p, 0o666) },
 		"link":  func(p string) error { return os.Symlink("/etc/hostname", p) },
 		"dir":   func(p string) error { return os.Mkdir(p, 0o755) },
 		"grown": nil,
 	} {
-		p := regionOf(store, uid)
+		p := regionOf(t, store, uid)
 		if alter == nil {
+			writeRegion(t, p, 0)
 			if err := os.Truncate(p, 1<<40); err != nil {
 				t.Skip(err)
 			}
 			continue
-		}
-		if err := os.Remove(p); err != nil {
-			t.Fatal(err)
 		}
 		if err := alter(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	promReg := prometheus.NewPedanticRegistry()
-	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: live, ProcRoot: t.TempDir()})
+	m := New(promReg, Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: live, ProcRoot: t.TempDir()})
 	before := runtime.NumGoroutine()
 	for i := 0; i < 5; i++ {
 		gatherPromptly(t, promReg, time.Second)
@@ -131,7 +139,7 @@ func TestAScrapeSurvivesHostileRegions(t *testing.T) {
 		}
 	}
 	want := `
-# HELP tessera_container_region_readable 1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt.
+# HELP tessera_container_region_readable 1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt; absent for a container without the region volume (its region is in its /dev/shm).
 # TYPE tessera_container_region_readable gauge
 tessera_container_region_readable{container="c",namespace="ns",node="n1",pod="dir"} 0
 tessera_container_region_readable{container="c",namespace="ns",node="n1",pod="fifo"} 0
@@ -157,10 +165,10 @@ func TestAScrapeSkipsRegionsItHasNoTimeForAndHoldsUpOneGoroutineAtMost(t *testin
 		t.Skip("regions exist on Linux nodes only")
 	}
 	reg, store, live := hostileNode(t, "u-a", "u-b")
-	writeRegion(t, regionOf(store, "u-a"), 1<<20)
-	writeRegion(t, regionOf(store, "u-b"), 2<<20)
+	writeRegion(t, regionOf(t, store, "u-a"), 1<<20)
+	writeRegion(t, regionOf(t, store, "u-b"), 2<<20)
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "region_read_errors_total"}, []string{"reason"})
-	c := newCollector(Sources{Node: "n1", Cards: reg, Store: store, Pods: live, ProcRoot: t.TempDir(),
+	c := newCollector(Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: live, ProcRoot: t.TempDir(),
 		RegionReadBudget: 200 * time.Millisecond}, errs)
 	release := make(chan struct{})
 	c.read = func(s *usage.Sampler, path string) (usage.ContainerUsage, error) {
@@ -199,5 +207,50 @@ tessera_container_gpu_memory_used_bytes{container="c",index="0",namespace="ns",n
 `
 	if err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_container_gpu_memory_used_bytes"); err != nil {
 		t.Errorf("once the read returned: %v", err)
+	}
+}
+
+// A container whose pod has no region volume (the admission webhook was off when it was
+// created) keeps its region in its /dev/shm: the agent reads nothing of the host for it,
+// counts no error (it is by design), and reports nothing of its region or hook library,
+// which it cannot see (no readable gauge at 0: that would raise TesseraRegionUnreadable).
+func TestAContainerWithoutTheRegionVolumeIsReportedWithoutRegionOrError(t *testing.T) {
+	reg, store, live := hostileNode(t, "shm")
+	r, err := store.ReadRecord("shm", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RegionVolume = false
+	if err := store.Prepare(r, "version=1\n"); err != nil {
+		t.Fatal(err)
+	}
+	// A file where the volume would be must not be read: the pod spec did not pass.
+	writeRegion(t, regionOf(t, store, "shm"), 5<<20)
+	promReg := prometheus.NewPedanticRegistry()
+	New(promReg, Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: live, ProcRoot: t.TempDir()})
+	mfs, err := promReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			found[mf.GetName()] += v
+			if mf.GetName() == "tessera_container_region_readable" {
+				found["readable series"]++
+			}
+		}
+	}
+	if found["readable series"] != 0 {
+		t.Errorf("region_readable: %v series; want none", found["readable series"])
+	}
+	if found["tessera_container_gpu_memory_limit_bytes"] == 0 {
+		t.Error("the container's limits are missing: the scrape skipped it altogether")
+	}
+	for _, name := range []string{"tessera_container_hook_loaded", "tessera_container_gpu_processes", "tessera_container_gpu_memory_used_bytes", "tessera_agent_region_read_errors_total"} {
+		if found[name] != 0 {
+			t.Errorf("%s = %v, want nothing reported", name, found[name])
+		}
 	}
 }

@@ -21,6 +21,9 @@ import (
 // first report, its two processes' results and its report after them.
 type probeOutput struct {
 	uid, limitsWrite, limitsMount, env, children string
+	// region is the region's path the limits file names, regionFS the filesystem under it,
+	// regionGrow what a fallocate of 1 GiB on it got.
+	region, regionFS, regionGrow string
 	uuids, devices                               []string
 	// meminfo and after are cuMemGetInfo's (free, total) per card UUID, before and after.
 	meminfo, after map[string][2]uint64
@@ -113,6 +116,10 @@ func parseProbe(lines []string) *probeOutput {
 			o.limitsWrite = f[2]
 		case f[1] == "limits-mount" && len(f) == 3 && reports == 1:
 			o.limitsMount = f[2]
+		case f[1] == "region" && len(f) == 4 && reports == 1:
+			o.region, o.regionFS = f[2], f[3]
+		case f[1] == "region-grow" && len(f) == 3 && reports == 1:
+			o.regionGrow = f[2]
 		case f[1] == "env" && len(f) == 3 && reports == 1:
 			o.env = f[2]
 		case f[1] == "hold" && len(f) == 5:

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,7 +54,9 @@ func requireRealRuntime(t *testing.T) {
 // UUIDs are exactly the assignment's, cuMemGetInfo reports the assigned limit, one process
 // holding a third of the limit and another filling the card until refused add up to the
 // limit to the byte (with the context footprint the agent counts per process), the limits
-// file cannot be opened for writing, and the device nodes are the cards'. Then gpu-r1's
+// file cannot be opened for writing, the device nodes are the cards', and the region is on
+// the pod's memory-backed region volume (the admission webhook added it), where a fallocate
+// of 1 GiB is refused; the node's state directory holds nothing a container can write. Then gpu-r1's
 // kubelet is killed and started again: the containers keep running (same processes), and the
 // pod keeps its UID without a restart. Then gpu-r2's agent is killed while its probes hold
 // memory and started again with the node's flags: same processes, no restart, the new agent's
@@ -78,6 +81,24 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	}
 	namespace := ns(t, "real-runtime")
 	defer cleanup(t, namespace)
+	// Tessera's admission webhook, on by default in the chart, gives the probe pods their
+	// region volume (the containers' regions live there, in the pods' own memory).
+	nsObj, err := cl.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nsObj.Labels == nil {
+		nsObj.Labels = map[string]string{}
+	}
+	nsObj.Labels[cluster.AdmissionLabel] = "on"
+	if _, err := cl.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adm, err := cl.StartAdmission(ctx, admissionConfig)
+	if err != nil {
+		t.Fatalf("start tessera-admission: %v", err)
+	}
+	defer adm.Stop()
 	start := time.Now()
 	for _, n := range realNodes {
 		submit(t, probeJob(namespace, n.Name))
@@ -128,6 +149,9 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 			probes[p.Spec.NodeName+"/"+ca.Name] = seenProbe{out: out, ca: ca, record: r}
 			checkAgentSees(t, p, ca.Name, out, r)
 		}
+	}
+	for _, n := range realNodes {
+		checkNothingWritableOnTheHost(t, n.Name)
 	}
 	for _, n := range realNodes {
 		ctrd, shims, count := cl.RuntimeRSS(n.Name)
@@ -381,6 +405,32 @@ func checkAgentSees(t *testing.T, p corev1.Pod, container string, o *probeOutput
 		p.Name, container, o.kept.bytes, contextReserve(r), card, last, failed)
 }
 
+// checkNothingWritableOnTheHost checks that the agent's state directory of a node whose
+// containers ran holds only read-only limits files and the agent's own records: nothing a
+// container can write (and so grow) is on the host.
+func checkNothingWritableOnTheHost(t *testing.T, node string) {
+	t.Helper()
+	err := filepath.WalkDir(filepath.Join(cl.StateDir(node), "pods"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Name() == "limits.env" && info.Mode().Perm() == 0o444:
+		case strings.HasSuffix(d.Name(), ".alloc.json") && info.Mode().Perm() == 0o600:
+		default:
+			t.Errorf("%s: the agent's state directory holds %s (%v), which a container could write", node, path, info.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%s: walking the agent's state directory: %v", node, err)
+	}
+}
+
 func sum(m map[string]float64) float64 {
 	var s float64
 	for _, v := range m {
@@ -468,6 +518,12 @@ func checkProbe(o *probeOutput, ca api.ContainerAssignment, r workload.CRIRecord
 		fail("/var/run/tessera/limits.env: mounted %s, opened for writing: %s; want a read-only mount that refuses",
 			o.limitsMount, o.limitsWrite)
 	}
+	// The region is on the pod's memory-backed region volume (the admission webhook added
+	// it), and a tenant growing it fills only that volume: a fallocate of 1 GiB is refused.
+	if want := api.RegionPathIn(true, ca.Name); o.region != want || o.regionFS != "tmpfs" || o.regionGrow != "ENOSPC" {
+		fail("region %q on %s, a fallocate of 1 GiB on it: %s; want %s on the pod's tmpfs volume, refused with ENOSPC",
+			o.region, o.regionFS, o.regionGrow, want)
+	}
 	// The pod spec's own TESSERA_MEMORY_LIMIT_MIB reached the process (the limits above held
 	// regardless), and the hook library said it ignored it.
 	if env := r.Env[api.EnvMemoryLimitMiB]; env != podMemoryEnv[ca.Name] {
@@ -494,9 +550,9 @@ func summary(o *probeOutput) string {
 		fills = append(fills, fmt.Sprintf("device %d %s: %d of %d bytes", f.ordinal, u[len(u)-4:], f.got, f.total))
 	}
 	slices.Sort(fills)
-	return fmt.Sprintf("uid %s, cards %v, devices %v, hold %d bytes; fill %s; limits file mounted %s, write: %s; env %s; "+
-		"hook: %q", o.uid, o.uuids, o.devices, o.hold.bytes, strings.Join(fills, ", "), o.limitsMount, o.limitsWrite, o.env,
-		firstOf(o.hook))
+	return fmt.Sprintf("uid %s, cards %v, devices %v, hold %d bytes; fill %s; limits file mounted %s, write: %s; "+
+		"region %s on %s, grow: %s; env %s; hook: %q", o.uid, o.uuids, o.devices, o.hold.bytes, strings.Join(fills, ", "),
+		o.limitsMount, o.limitsWrite, o.region, o.regionFS, o.regionGrow, o.env, firstOf(o.hook))
 }
 
 func handoffOf(n cluster.Node) string {

@@ -6,7 +6,9 @@
 # does). DIR/region is created empty when absent (the agent pre-creates it at the region's exact size,
 # which the caller gets from `t_escape region-size`; an empty one fails closed). Without DIR/limits.env
 # nothing is mounted there (a process outside a Tessera container). The library under test is the
-# shipped one: its fixed paths are real paths here.
+# shipped one: its fixed paths are real paths here. /dev/shm is a private 1 MiB tmpfs (a container's
+# own); with REGION_VOLUME_SIZE set, /var/run/tessera-region is a tmpfs of that size, mode 0777, as the
+# kubelet mounts a pod's memory-backed region volume.
 # Needs root (CI and the dev machines run the suite as root); otherwise prints why and exits 77,
 # which tests/run.sh reports as a skip.
 # Usage: fixed_ns.sh DIR CMD...
@@ -23,6 +25,11 @@ exec unshare -m --propagation private -- bash -c '
   set -eu
   DIR=$1 RUN=$2; shift 2
   mount -t tmpfs -o mode=0755 tessera-test "$RUN"
+  mount -t tmpfs -o size=1m,mode=1777 tessera-test-shm /dev/shm
+  if [ -n "${REGION_VOLUME_SIZE:-}" ]; then
+    mkdir "$RUN/tessera-region"
+    mount -t tmpfs -o "size=$REGION_VOLUME_SIZE,mode=0777" tessera-test-region "$RUN/tessera-region"
+  fi
   mkdir "$RUN/tessera"
   : >"$RUN/tessera/region"
   if [ -d "$DIR/limits.env" ]; then mkdir "$RUN/tessera/limits.env"; # to test a file that cannot be read

@@ -233,6 +233,36 @@ region_kept() { # the region is the agent's file: still its size, initialised in
 }
 run "fixed: the region the agent pre-created is used in place, not recreated or resized (directory read-only)" \
   region_kept
+# The region in the container's own storage: the agent's file names a path on the pod's memory-backed
+# region volume (or in /dev/shm without it); the first process creates the region there, and a container
+# that grows it fills only that tmpfs, never the host's disk.
+VOL_REGION=/var/run/tessera-region/tessera-main.region
+d=$(agent_dir volume "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=$VOL_REGION}"); rm "$d/region"
+run "volume: a region the agent names on the pod's region volume is created there and shared (3/4 + 3/4 refused)" \
+  env REGION_VOLUME_SIZE=512k "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB "$T/t_escape" share
+volume_bounded() { # created 0666 at its size; fallocate past the volume fails; the region still works after
+  REGION_VOLUME_SIZE=512k "$FIXED" "$d" bash -c '
+    "$@" || exit
+    [ "$(stat -c %a:%s '"$VOL_REGION"')" = 666:'"$REGION_SIZE"' ] || { echo "region: $(stat -c %a:%s '"$VOL_REGION"')"; exit 1; }
+    if out=$(fallocate -l 1G '"$VOL_REGION"' 2>&1); then echo "fallocate of 1 GiB succeeded"; exit 1; fi
+    case $out in *"No space left on device"*) ;; *) echo "fallocate: $out"; exit 1;; esac
+    "$@"' region_volume env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" edge
+}
+run "volume: growing the region is refused at the volume's size (fallocate 1 GiB: ENOSPC); the region still works" \
+  volume_bounded
+d=$(agent_dir full "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=$VOL_REGION}")
+expect_log "volume: a region volume already full fails closed at once with ENOSPC, never a SIGBUS later" \
+  "cannot open shared region $VOL_REGION: No space left on device" \
+  env REGION_VOLUME_SIZE=512k "$FIXED" "$d" bash -c 'head -c 400000 /dev/zero >/var/run/tessera-region/filler && exec "$@"' \
+  full env "${STUBENV[@]}" LD_PRELOAD="$PRE" "$T/t_memory" region-fail
+d=$(agent_dir shm "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=/dev/shm/tessera-main.region}"); rm "$d/region"
+run "volume: without the volume the agent names /dev/shm; the region is created there and shared (3/4 + 3/4 refused)" \
+  "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB "$T/t_escape" share
+d=$(agent_dir link "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=$VOL_REGION}"); rm "$d/region"
+expect_log "volume: a link planted where the region goes is refused, not followed (fails closed)" \
+  "cannot open shared region $VOL_REGION: Too many levels of symbolic links" \
+  env REGION_VOLUME_SIZE=512k "$FIXED" "$d" bash -c 'ln -s /var/run/tessera/limits.env '"$VOL_REGION"' && exec "$@"' \
+  link env "${STUBENV[@]}" LD_PRELOAD="$PRE" "$T/t_memory" region-fail
 if [ "$SAN" = 0 ]; then
   run "escape/deepbind: a library dlopen'ed with RTLD_DEEPBIND that links the driver still gets 3 GiB refused" \
     lim deep TEST_DEEP_LIB="$STUB/libdeep.so" EXPECT_LIMIT=$GIB "$T/t_escape" deepbind

@@ -45,12 +45,12 @@ func klogLike() *flag.FlagSet {
 
 func TestTheAgentAcceptsTheRenderedConfig(t *testing.T) {
 	cfg := agentConfig(t, charttest.MustRender(t, ""))
-	if cfg.StateDir != "/var/lib/tessera" || cfg.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
+	if cfg.StateDir != "/var/lib/tessera" || cfg.DevicePluginDir != "/var/lib/kubelet/device-plugins" || cfg.KubeletPodsDir != "/var/lib/kubelet/pods" ||
 		cfg.MetricsAddress != ":9394" || cfg.NodeName != "gpu-node-1" || cfg.SharesPerCard != 10 {
 		t.Errorf("default agent config: %+v", cfg)
 	}
 	cfg = agentConfig(t, charttest.MustRender(t, "../testdata/custom-values.yaml"))
-	if cfg.StateDir != "/data/tessera" || cfg.HookLibrary != "/opt/gpu/lib/libvgpu.so" || cfg.SharesPerCard != 4 ||
+	if cfg.StateDir != "/data/tessera" || cfg.HookLibrary != "/opt/gpu/lib/libvgpu.so" || cfg.SharesPerCard != 4 || cfg.KubeletPodsDir != "/data/kubelet/pods" ||
 		cfg.MetricsAddress != ":9500" || cfg.ResourceName != "example.com/vgpu" || !cfg.VolcanoCompat {
 		t.Errorf("custom agent config: %+v", cfg)
 	}

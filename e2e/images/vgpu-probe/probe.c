@@ -9,7 +9,9 @@
  *                       again; then a process holds memory again ("probe kept") and it waits for
  *                       SIGTERM, so its maps and the node agent's view can be read from the host
  *   vgpu-probe report   uid, visible UUIDs, cuMemGetInfo per device, device nodes, whether the
- *                       limits file can be opened for writing and its mount's options
+ *                       limits file can be opened for writing and its mount's options, where the
+ *                       region is (the limits file's TESSERA_SHARED_REGION) and on what filesystem,
+ *                       and what a tenant's fallocate of 1 GiB on it gets
  *   vgpu-probe hold [N] allocates N bytes on device 0 (default a third of its limit and 4097 bytes),
  *                       says so, keeps them until stdin closes
  *   vgpu-probe fill     on every device: allocates until refused (chunks halving down to one
@@ -125,6 +127,58 @@ static const char *mount_options(const char *path)
     return opts;
 }
 
+/* The filesystem type of the mount holding path (the longest mount point that prefixes it). */
+static const char *mount_fstype(const char *path)
+{
+    static char type[64];
+    snprintf(type, sizeof type, "none");
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096], point[4096];
+    size_t best = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *sep = strstr(line, " - ");
+        size_t n;
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1)
+            continue;
+        n = strlen(point);
+        if (strncmp(path, point, n) != 0 || (path[n] != '/' && path[n] != '\0' && strcmp(point, "/") != 0) || n < best)
+            continue;
+        best = n;
+        sscanf(sep + 3, "%63s", type);
+    }
+    if (f)
+        fclose(f);
+    return type;
+}
+
+/* The region path the limits file names, "" when it names none. */
+static const char *region_path(void)
+{
+    static char path[4096];
+    path[0] = '\0';
+    FILE *f = fopen(LIMITS_FILE, "re");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "TESSERA_SHARED_REGION=", 22) == 0) {
+            snprintf(path, sizeof path, "%s", line + 22);
+            path[strcspn(path, "\n")] = '\0';
+        }
+    if (f)
+        fclose(f);
+    return path;
+}
+
+/* What a tenant gets trying to grow its region by 1 GiB: "allowed" or the error's name. */
+static const char *grow_region(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return strerrorname_np(errno);
+    int rc = posix_fallocate(fd, 0, (off_t)1 << 30);
+    close(fd);
+    return rc == 0 ? "allowed" : strerrorname_np(rc);
+}
+
 static int report(void)
 {
     printf("probe uid %d\n", (int)getuid());
@@ -155,6 +209,16 @@ static int report(void)
     if (fd >= 0)
         close(fd);
     printf("probe limits-mount %s\n", mount_options(LIMITS_FILE));
+    const char *region = region_path();
+    if (region[0]) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", region);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+            *slash = '\0';
+        printf("probe region %s %s\n", region, mount_fstype(dir));
+        printf("probe region-grow %s\n", grow_region(region));
+    }
     const char *env = getenv("TESSERA_MEMORY_LIMIT_MIB");
     printf("probe env TESSERA_MEMORY_LIMIT_MIB=%s\n", env ? env : "");
     return 0;

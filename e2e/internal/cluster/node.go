@@ -323,6 +323,22 @@ func (c *Cluster) kubelet(name string) *proc {
 	return c.kubelets[name]
 }
 
+// kubeletPodsDir is the node's kubelet pods directory as the agent, on the host, can read
+// the pods' volumes in it. A real-runtime node's kubelet mounts each memory-backed volume
+// (the pods' region volumes) in the node's own mount namespace, so the agent reads it
+// through the node init's root, as an agent in a pod with a HostToContainer mount sees the
+// host's.
+func (c *Cluster) kubeletPodsDir(name string) string {
+	dir := filepath.Join(c.NodeDir(name), "kubelet", "pods")
+	c.mu.Lock()
+	init := c.inits[name]
+	c.mu.Unlock()
+	if init == nil {
+		return dir
+	}
+	return filepath.Join("/proc", strconv.Itoa(init.cmd.Process.Pid), "root") + dir
+}
+
 // StartAgent starts (or restarts) the node's device plugin, with extra flags after the
 // cluster's and the node's.
 func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) error {
@@ -345,10 +361,7 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 		"--pod-resources-socket=" + c.podResourcesRelay(name),
 		"--state-dir=" + c.StateDir(name), "--metrics-address=" + metrics,
 		"--hook-library=" + c.HookLibrary(), "--cdi-spec-dir=" + c.CDIDir(name), "--toolkit-cdi-dir=" + c.CDIDir(name),
-		"--assignment-keys=" + AssignmentKeys,
-		// The in-memory runtime only records mounts; a tmpfs per container would outlive
-		// the run on the host (records' own tests mount and unmount them as root).
-		"--container-tmpfs-size=0"}, c.Opts.AgentArgs...)
+		"--assignment-keys=" + AssignmentKeys, "--kubelet-pods-dir=" + c.kubeletPodsDir(name)}, c.Opts.AgentArgs...)
 	if c.Opts.ChartDir != "" {
 		// As the chart runs them (metrics.authentication): /metrics only for a token whose
 		// user may get it, checked with the agent account's own TokenReview and

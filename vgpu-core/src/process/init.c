@@ -54,8 +54,14 @@ static void child_after_fork(void)
 static void open_region(const struct tessera_config *c)
 {
     int err = 0;
-    /* The agent creates the container's region; only a developer's is created here. */
-    tessera.region = region_open(c->region_path, !c->from_agent, &err);
+    /*
+     * Where the agent's file names the region decides who makes it. At the legacy path (a host file
+     * the agent created and mounted alone) it is used as it is, never created or resized. Anywhere
+     * else it is in the container's own storage, the pod's memory-backed region volume or its
+     * /dev/shm, and the first process creates it (as a developer's region outside a container).
+     */
+    bool create = !c->from_agent || strcmp(c->region_path, TESSERA_AGENT_REGION) != 0;
+    tessera.region = region_open(c->region_path, create, &err);
     if (tessera.region)
         return;
     snprintf(tessera.fail_reason, sizeof tessera.fail_reason, "cannot open shared region %s: %s (errno %d)",
@@ -66,8 +72,8 @@ static void open_region(const struct tessera_config *c)
     } else {
         tessera.fail_closed = true;
         TLOG(TLOG_ERROR, "%s: failing closed, CUDA initialisation and every allocation are refused; check that "
-             "the node agent mounted the container's region writable (TESSERA_DEBUG_PRIVATE_REGION=1 runs "
-             "with per-process limits, for debugging only)", tessera.fail_reason);
+             "the region's directory exists, is writable and has room (the pod's tessera-region volume, or "
+             "/dev/shm; TESSERA_DEBUG_PRIVATE_REGION=1 runs with per-process limits, for debugging only)", tessera.fail_reason);
     }
     /* Either way a mapped region keeps every other path simple; when failed it only backs refusals. */
     tessera.region = region_private();

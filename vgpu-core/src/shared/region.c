@@ -117,8 +117,21 @@ static struct region *region_map(int fd, const char *path, bool create)
         errno = EPROTO;
         return NULL;
     }
-    if (size < (off_t)sizeof *r && ftruncate(fd, sizeof *r) != 0)
-        return NULL;
+    if (size < (off_t)sizeof *r) {
+        /*
+         * Allocate every page now: on a tmpfs of bounded size (the pod's region volume, /dev/shm) a
+         * sparse region would fault with SIGBUS on the first slot written once the tmpfs is full. A
+         * filesystem without fallocate gets a sparse file, as before.
+         */
+        int rc = posix_fallocate(fd, 0, sizeof *r);
+        if (rc == EOPNOTSUPP || rc == EINVAL) {
+            if (ftruncate(fd, sizeof *r) != 0)
+                return NULL;
+        } else if (rc != 0) {
+            errno = rc;
+            return NULL;
+        }
+    }
     void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return NULL;
@@ -139,7 +152,8 @@ static struct region *region_map(int fd, const char *path, bool create)
 
 struct region *region_open(const char *path, bool create, int *err)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    /* O_NOFOLLOW: a link planted where the region goes is refused, not followed. */
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0666);
     if (fd < 0) {
         *err = errno;
         return NULL;

@@ -57,9 +57,10 @@ struct region {
 };
 
 /*
- * Maps the region at path. With create, the file is created and sized if needed (development).
- * Without, it must exist with exactly sizeof(struct region) bytes (the node agent creates it) and
- * is never resized. NULL on failure with *err set to the errno (EPROTO for a region of another
+ * Maps the region at path. With create, the file is created (O_NOFOLLOW) and its pages allocated
+ * if needed: the container's own region, on its pod's region volume or in its /dev/shm, or a
+ * developer's. Without, it must exist with exactly sizeof(struct region) bytes (the legacy region
+ * a node agent created and mounted) and is never resized. NULL on failure with *err set to the errno (EPROTO for a region of another
  * size or layout version); the caller decides how to fail.
  */
 struct region *region_open(const char *path, bool create, int *err);
