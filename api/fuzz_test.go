@@ -154,3 +154,30 @@ func FuzzDecodeVolcanoPodDevices(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeMIGInstances(f *testing.F) {
+	s, _ := EncodeMIGInstances(sampleMIGInstances())
+	f.Add(s)
+	f.Add(`{"version":"v1","cards":{}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":null}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":[{"uuid":"MIG-1","profile":"7g.80gb","gi":0,"ci":0,"start":0,"size":8,"memoryMiB":81152}]}}`)
+	f.Add(`{"version":"v1","cards":{"GPU-1":[{"uuid":"MIG-1","profile":"1g.5gb","gi":1,"ci":0,"start":63,"size":1,"memoryMiB":1e3}]}}`)
+	f.Add(`{"version":"v2"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := DecodeMIGInstances(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("error does not wrap a sentinel: %v", err)
+			}
+			return
+		}
+		enc, err := EncodeMIGInstances(m)
+		if err != nil {
+			t.Fatalf("decoded MIG instances do not re-encode: %v", err)
+		}
+		again, err := DecodeMIGInstances(enc)
+		if err != nil || !reflect.DeepEqual(m, again) {
+			t.Fatalf("round trip differs: %v\n%+v\n%+v", err, m, again)
+		}
+	})
+}

@@ -45,6 +45,11 @@ type Card struct {
 	// task. Like the reserve it is not part of the inventory document: it travels in
 	// AnnotationCordonedCards, which the readers apply.
 	Cordon *CardCordon `json:"-"`
+	// MIGInstances are the MIG devices of a card in MIG mode, in NVML's order; nil
+	// when not read. Like the reserve they travel beside the inventory document, in
+	// AnnotationMIGInstances (see NodeMIGInstances), so that a reader of the previous
+	// release still decodes the inventory.
+	MIGInstances []MIGInstance `json:"-"`
 }
 
 // LinkType is the connection between two cards, in nvidia-smi topo notation.

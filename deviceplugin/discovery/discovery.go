@@ -1,5 +1,5 @@
 // Package discovery reads the node's cards through NVML: identity, memory, SM count,
-// NUMA node, MIG mode and the link between every pair of cards.
+// NUMA node, MIG mode and MIG devices, and the link between every pair of cards.
 package discovery
 
 import (
@@ -37,6 +37,9 @@ type Device struct {
 	Minor    int
 	PCIBusID string
 	Handle   nvml.Device
+	// MIGDevices are the card's MIG devices when it is in MIG mode (Card.MIGInstances
+	// carries the same, for the inventory); nil when the layout could not be read.
+	MIGDevices []MIGDevice
 }
 
 // Result is what one discovery pass found.
@@ -125,8 +128,27 @@ func readDevice(lib nvml.Interface, index int, opts Options) (Device, error) {
 	if mode, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
 		d.Card.MIG = mode == nvml.DEVICE_MIG_ENABLE
 	}
+	if d.Card.MIG {
+		readMIGLayout(&d)
+	}
 	d.Card.NUMA = numaNode(h, d.PCIBusID, opts.SysfsRoot)
 	return d, nil
+}
+
+// readMIGLayout fills in a MIG-mode card's devices. A layout NVML cannot report is
+// logged and left unknown: the card itself is still discovered.
+func readMIGLayout(d *Device) {
+	devs, err := ReadMIGDevices(d.Handle, d.Card.UUID, uint64(d.Card.MemoryMiB))
+	if err != nil {
+		klog.ErrorS(err, "Cannot read the card's MIG devices", "uuid", d.Card.UUID)
+		return
+	}
+	d.MIGDevices = devs
+	d.Card.MIGInstances = make([]api.MIGInstance, len(devs))
+	for i, m := range devs {
+		d.Card.MIGInstances[i] = m.MIGInstance
+	}
+	klog.V(4).InfoS("Read MIG devices", "uuid", d.Card.UUID, "count", len(devs))
 }
 
 // numaNode asks NVML first and falls back to the PCI device's sysfs entry, which is

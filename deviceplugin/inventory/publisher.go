@@ -1,5 +1,6 @@
 // Package inventory publishes the node's cards on the Node object: the versioned
-// inventory annotation and each card's CUDA context reserve when something changes,
+// inventory annotation, each card's CUDA context reserve and the MIG layout of cards
+// in MIG mode when something changes,
 // the heartbeat annotation on a timer, and optionally the HAMi/Volcano registration
 // annotations.
 package inventory
@@ -135,6 +136,17 @@ func (p *Publisher) Patch() ([]byte, error) {
 	if r := inv.ContextReserve(); r != nil {
 		if ann[api.AnnotationContextReserve], err = api.EncodeContextReserve(r); err != nil {
 			return nil, fmt.Errorf("encode %s: %w", api.AnnotationContextReserve, err)
+		}
+	}
+	// MIG layouts travel beside the inventory for the same reason. A layout that does
+	// not encode (an old driver's MIG UUID form, say) is left off with an error in the
+	// log: it must not keep the cards themselves off the node.
+	ann[api.AnnotationMIGInstances] = nil
+	if m := inv.MIGInstances(); m != nil {
+		if enc, err := api.EncodeMIGInstances(m); err != nil {
+			klog.ErrorS(err, "Leaving the MIG layout off the node", "node", p.opts.Node, "annotation", api.AnnotationMIGInstances)
+		} else {
+			ann[api.AnnotationMIGInstances] = enc
 		}
 	}
 	if p.opts.VolcanoCompat {

@@ -109,7 +109,7 @@ annotations (api/keys.go, api/signature.go), as a JSON list (a CEL list literal 
 heartbeat and the cards' CUDA context reserves, and with volcanoCompat the HAMi/Volcano
 register and handshake. */}}
 {{- define "tessera.agentNodeKeys" -}}
-{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" "tessera.io/context-reserve" -}}
+{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" "tessera.io/context-reserve" "tessera.io/mig-instances" -}}
 {{- if .Values.devicePlugin.config.volcanoCompat -}}{{- $k = concat $k (list "volcano.sh/node-vgpu-register" "volcano.sh/node-vgpu-handshake") -}}{{- end -}}
 {{- toJson $k -}}
 {{- end -}}

@@ -410,7 +410,7 @@ func updateNode(old, new *corev1.Node, who string, extra map[string][]string) re
 	return request{op: admission.Update, resource: "nodes", kind: "Node", obj: new, old: old, user: who, extra: extra}
 }
 
-// The agent writes only its own Node's inventory, heartbeat and context reserves.
+// The agent writes only its own Node's inventory, heartbeat, context reserves and MIG layout.
 func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 	ps := policies(t, "")
 	before := map[string]string{"tessera.io/inventory": "v1-old", "tessera.io/heartbeat": "t0", "other.io/x": "1"}
@@ -420,6 +420,8 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 		"volcano.sh/node-vgpu-register": "GPU-1,10,8000,100,NVIDIA,true:"}
 	reserved := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
 		"tessera.io/context-reserve": `{"version":"v1","cards":{"GPU-1":518}}`}
+	partitioned := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
+		"tessera.io/mig-instances": `{"version":"v1","cards":{}}`}
 	tainted := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "evil", Effect: corev1.TaintEffectNoSchedule}}
 	}
@@ -428,6 +430,7 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 		{"the agent publishes its inventory", updateNode(node("node-1", before), node("node-1", after), agentSA, on("node-1")), nil},
 		{"the agent publishes its context reserves", updateNode(node("node-1", before), node("node-1", reserved), agentSA, on("node-1")), nil},
 		{"the agent removes its context reserves", updateNode(node("node-1", reserved), node("node-1", after), agentSA, on("node-1")), nil},
+		{"the agent publishes its MIG layout", updateNode(node("node-1", before), node("node-1", partitioned), agentSA, on("node-1")), nil},
 		{"the kubelet updates its node", updateNode(node("node-1", before), node("node-1", other), "system:node:node-1", nil), nil},
 		{"the agent writes another node", updateNode(node("node-2", before), node("node-2", after), agentSA, on("node-1")),
 			[]string{"node-1 may only change its own Node, not node-2"}},

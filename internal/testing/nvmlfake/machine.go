@@ -23,6 +23,9 @@ type CardSpec struct {
 	NVLinks map[int]int
 	// BrokenUUID makes GetUUID fail, as a card that fell off the bus does.
 	BrokenUUID bool
+	// MIGModel, when set, makes the card MIG-capable with this profile table (see
+	// mig.go); MIG then says whether MIG mode starts enabled.
+	MIGModel *MIGModel
 }
 
 // Machine is a fake NVML library. Its state may be changed while the agent runs.
@@ -35,13 +38,14 @@ type Machine struct {
 	uuids  []string
 	lost   []bool
 	procs  [][]nvml.ProcessInfo
+	mig    []*migCard // nil for a card without a MIGModel
 	events chan nvml.EventData
 }
 
 // NewMachine builds a machine; cards on the same NUMA node share a host bridge.
 func NewMachine(specs []CardSpec) *Machine {
 	m := &Machine{specs: specs, lost: make([]bool, len(specs)), procs: make([][]nvml.ProcessInfo, len(specs)),
-		events: make(chan nvml.EventData, 64)}
+		mig: make([]*migCard, len(specs)), events: make(chan nvml.EventData, 64)}
 	for i := range specs {
 		m.uuids = append(m.uuids, fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i+1, i+1))
 		m.Devices = append(m.Devices, m.newDevice(i))
@@ -137,12 +141,7 @@ func (m *Machine) newDevice(i int) *mock.Device {
 	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 		return nvml.DeviceAttributes{MultiprocessorCount: s.SMs}, nvml.SUCCESS
 	}
-	d.GetMigModeFunc = func() (int, int, nvml.Return) {
-		if s.MIG {
-			return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
-		}
-		return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
-	}
+	m.attachMIG(d, i)
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return s.NUMA, nvml.SUCCESS }
 	peers := nvlinkPeers(s.NVLinks)
 	d.GetNvLinkStateFunc = func(l int) (nvml.EnableState, nvml.Return) {
