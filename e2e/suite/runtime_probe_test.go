@@ -24,7 +24,7 @@ type probeOutput struct {
 	// region is the region's path the limits file names, regionFS the filesystem under it,
 	// regionGrow what a fallocate of 1 GiB on it got.
 	region, regionFS, regionGrow string
-	uuids, devices                               []string
+	uuids, devices               []string
 	// meminfo and after are cuMemGetInfo's (free, total) per card UUID, before and after.
 	meminfo, after map[string][2]uint64
 	// hold is the process that held memory while another filled the card; kept the one
