@@ -25,6 +25,15 @@ const (
 	// AnnotationContextReserve holds each card's CUDA context reserve (see
 	// NodeContextReserve); absent when no card has one.
 	AnnotationContextReserve = Prefix + "context-reserve"
+	// AnnotationCardAPI names how the node's agent offers its cards to the kubelet:
+	// "device-plugin" (vGPU slots) or "dra" (ResourceClaims of driver vgpu.tessera.io).
+	AnnotationCardAPI = Prefix + "card-api"
+)
+
+// The values of AnnotationCardAPI.
+const (
+	CardAPIDevicePlugin = "device-plugin"
+	CardAPIDRA          = "dra"
 )
 
 // AnnotationCordonedCards is the node annotation an administrator writes (kubectl

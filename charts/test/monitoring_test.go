@@ -166,6 +166,7 @@ func TestTheAgentRunsInTheHostPIDNamespaceWhenTheMemoryGuardNeedsIt(t *testing.T
 		"devicePlugin:\n  hostPID: false\n": false,
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n":                  false,
 		"devicePlugin:\n  hostPID: true\n  config:\n    memoryGuard: {mode: \"off\"}\n": true,
+		"devicePlugin:\n  config: {cardAPI: dra}\n":                                     false, // no memory guard for claims
 	} {
 		r, err := RenderValues(t, values)
 		if err != nil {
@@ -187,6 +188,7 @@ func TestTheAgentMayKillOnlyWhenItsMemoryGuardEnforces(t *testing.T) {
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: report}\n":  false,
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n": false,
 		"devicePlugin:\n  hostPID: false\n":                            false,
+		"devicePlugin:\n  config: {cardAPI: dra}\n":                    false,
 	} {
 		r, err := RenderValues(t, values)
 		if err != nil {

@@ -1,6 +1,7 @@
 // Package agent wires the node agent's parts together: discovery, the card registry,
 // the pod informer, the kubelet server and handoff, the inventory publisher, the health
-// monitor, garbage collection and metrics.
+// monitor, garbage collection and metrics; with cardAPI dra, the DRA driver in place of
+// the kubelet server and handoff (dra.go).
 package agent
 
 import (
@@ -95,7 +96,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	if cfg.CardHandoff != config.HandoffEnv {
+	if cfg.CardHandoff != config.HandoffEnv || cfg.CardAPI == config.CardAPIDRA {
 		checkCardDevices(cfg, res.Cards())
 	}
 	// Serve nothing (no inventory, no kubelet registration) while another device
@@ -108,6 +109,9 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		}}
 	if err := guard.WaitClear(ctx); err != nil {
 		return err
+	}
+	if cfg.CardAPI == config.CardAPIDRA {
+		return runDRA(ctx, cfg, deps, nodeParts{reg: reg, devices: devices, container: container, guard: guard, ready: ready, prom: promReg})
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -137,7 +141,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },
 		ReportNUMA: cfg.SlotTopology == config.SlotTopologyNUMA}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
-		VolcanoCompat: cfg.VolcanoCompat, Observe: guard.Observe}, m)
+		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: guard.Observe}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)

@@ -28,6 +28,9 @@ type uninstaller struct {
 	ctx     context.Context
 	cfg     *config.Config
 	kubelet uninstall.Lister
+	// claims, in dra mode, counts the claims the DRA driver still has prepared: their
+	// containers use files under the state directory, which then stay.
+	claims func() int
 }
 
 func watchUninstall(ctx context.Context, cfg *config.Config, client kubernetes.Interface, kubelet uninstall.Lister) *uninstaller {
@@ -53,6 +56,13 @@ func (u *uninstaller) stop() { u.cancel() }
 func (u *uninstaller) removeIfUninstalled() {
 	if u.watch == nil || !u.watch.Gone(uninstallWait) {
 		return
+	}
+	if u.claims != nil {
+		if n := u.claims(); n > 0 {
+			klog.InfoS("Uninstalled with DRA claims still prepared on the node: host files kept for them; remove them once they end (docs/install.md)",
+				"claims", n, "hookLibrary", u.cfg.HookLibrary, "stateDir", u.cfg.StateDir)
+			return
+		}
 	}
 	rctx, done := context.WithTimeout(u.ctx, 10*time.Second)
 	defer done()

@@ -53,6 +53,17 @@ const (
 	SlotTopologyNUMA = "numa"
 )
 
+// Card APIs: how the agent offers the node's cards to the kubelet. A node uses one, never
+// both: the two would hand out the same cards from two ledgers.
+const (
+	// CardAPIDevicePlugin serves the kubelet's device plugin API (slots of the vGPU
+	// resource) and hands cards off from the scheduler's assignment. The default.
+	CardAPIDevicePlugin = "device-plugin"
+	// CardAPIDRA runs the DRA driver vgpu.tessera.io instead (deviceplugin/dra): the
+	// node's cards as a ResourceSlice and claims prepared through the kubelet's DRA API.
+	CardAPIDRA = "dra"
+)
+
 // ContainerPath is where a container finds the two files the agent gives it:
 // ContainerPath/limits.env (read-only) and ContainerPath/region (read-write). vgpu-core
 // reads its limits only from ContainerPath/limits.env, so containerDir must be this path.
@@ -102,6 +113,14 @@ type Config struct {
 	CDISpecDir string `json:"cdiSpecDir"`
 	// SlotTopology is none or numa (SlotTopologyNone, SlotTopologyNUMA).
 	SlotTopology string `json:"slotTopology"`
+	// CardAPI is device-plugin or dra (CardAPIDevicePlugin, CardAPIDRA).
+	CardAPI string `json:"cardAPI"`
+	// DRAPluginDir is the kubelet's directory of DRA plugin sockets: with cardAPI dra the
+	// driver serves dra.sock in DRAPluginDir/vgpu.tessera.io.
+	DRAPluginDir string `json:"draPluginDir"`
+	// DRARegistrationDir is the kubelet's plugin registration directory, where the DRA
+	// driver puts its registration socket.
+	DRARegistrationDir string `json:"draRegistrationDir"`
 	// UninstallDaemonSet is "namespace/name" of the agent's own DaemonSet: once it is
 	// deleted (helm uninstall), the agent removes the host files when it stops, if no pod
 	// holds the node's slots (deviceplugin/uninstall). Empty: the files always stay.
@@ -246,6 +265,9 @@ func Default() *Config {
 		CDICardKind:         "nvidia.com/gpu",
 		CDISpecDir:          "/var/run/cdi",
 		SlotTopology:        SlotTopologyNone,
+		CardAPI:             CardAPIDevicePlugin,
+		DRAPluginDir:        "/var/lib/kubelet/plugins",
+		DRARegistrationDir:  "/var/lib/kubelet/plugins_registry",
 		ContextReserve:      DefaultContextReserve(),
 		MemoryGuard: MemoryGuard{Mode: MemoryGuardEnforce, Interval: d(5 * time.Second), OverChecks: 2,
 			ContextAllowance: resource.MustParse("768Mi"), CountedProcesses: 4},
@@ -271,7 +293,8 @@ func (c *Config) Validate() error {
 		bad("sharesPerCard", "%d, want 1..1000", c.SharesPerCard)
 	}
 	for field, p := range map[string]string{"devicePluginDir": c.DevicePluginDir, "podResourcesSocket": c.PodResourcesSocket,
-		"kubeletPodsDir": c.KubeletPodsDir, "stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir, "cdiSpecDir": c.CDISpecDir} {
+		"kubeletPodsDir": c.KubeletPodsDir, "stateDir": c.StateDir, "hookLibrary": c.HookLibrary, "containerDir": c.ContainerDir, "cdiSpecDir": c.CDISpecDir,
+		"draPluginDir": c.DRAPluginDir, "draRegistrationDir": c.DRARegistrationDir} {
 		if !filepath.IsAbs(p) {
 			bad(field, "%q is not an absolute path", p)
 		}
@@ -310,6 +333,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SlotTopology != SlotTopologyNone && c.SlotTopology != SlotTopologyNUMA {
 		bad("slotTopology", "%q, want %s or %s", c.SlotTopology, SlotTopologyNone, SlotTopologyNUMA)
+	}
+	if c.CardAPI != CardAPIDevicePlugin && c.CardAPI != CardAPIDRA {
+		bad("cardAPI", "%q, want %s or %s", c.CardAPI, CardAPIDevicePlugin, CardAPIDRA)
 	}
 	if c.UninstallDaemonSet != "" {
 		if ns, name, ok := strings.Cut(c.UninstallDaemonSet, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {

@@ -110,6 +110,13 @@ func TestBadConfigurationIsRejectedNamingTheField(t *testing.T) {
 		{"the memory guard's numbers are bounded", "version: v1\nnodeName: n\nmemoryGuard:\n  mode: report\n  interval: 100ms\n  overChecks: 0\n  contextAllowance: 20Gi\n  countedProcesses: -1\n", nil,
 			[]string{"memoryGuard.interval: 100ms, want 1s..10m", "memoryGuard.overChecks: 0, want 1..100", "memoryGuard.contextAllowance: 20Gi, want 0..16Gi",
 				"memoryGuard.countedProcesses: -1, want 0..64"}},
+		{"an unknown card API names the field, the value as written and the choices", "version: v1\nnodeName: n\ncardAPI: DRA\n", nil,
+			[]string{`cardAPI: "DRA", want device-plugin or dra`}},
+		{"a card API flag is checked as well", "version: v1\nnodeName: n\n", []string{"--card-api=both"},
+			[]string{`cardAPI: "both", want device-plugin or dra`}},
+		{"relative DRA socket directories are refused", "version: v1\nnodeName: n\ndraPluginDir: var/lib/kubelet/plugins\n",
+			[]string{"--dra-registration-dir=plugins_registry"},
+			[]string{`draPluginDir: "var/lib/kubelet/plugins" is not an absolute path`, `draRegistrationDir: "plugins_registry" is not an absolute path`}},
 		{"the memory guard flag is checked as well", "version: v1\nnodeName: n\n", []string{"--memory-guard=on"},
 			[]string{`memoryGuard.mode: "on"`}},
 	}
@@ -222,5 +229,39 @@ func TestContextReserveIsBounded(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to name %q", err, want)
 		}
+	}
+}
+
+// The card API and the DRA driver's socket directories come from the file, the
+// environment and flags like every other field, with the kubelet's directories as
+// defaults.
+func TestCardAPIAndDRADirectoriesComeFromEverySource(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		file               string
+		args               []string
+		env                map[string]string
+		api, plugins, regs string
+	}{
+		{"the defaults are the device plugin and the kubelet's directories", "version: v1\nnodeName: n\n", nil, nil,
+			CardAPIDevicePlugin, "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry"},
+		{"the file turns DRA on", "version: v1\nnodeName: n\ncardAPI: dra\ndraPluginDir: /data/kubelet/plugins\n", nil, nil,
+			CardAPIDRA, "/data/kubelet/plugins", "/var/lib/kubelet/plugins_registry"},
+		{"the environment overrides the file", "version: v1\nnodeName: n\ncardAPI: dra\n", nil,
+			map[string]string{"TESSERA_DP_CARD_API": "device-plugin", "TESSERA_DP_DRA_REGISTRATION_DIR": "/data/kubelet/plugins_registry"},
+			CardAPIDevicePlugin, "/var/lib/kubelet/plugins", "/data/kubelet/plugins_registry"},
+		{"a flag overrides the environment", "version: v1\nnodeName: n\n", []string{"--card-api=dra", "--dra-plugin-dir=/x/plugins"},
+			map[string]string{"TESSERA_DP_CARD_API": "device-plugin"}, CardAPIDRA, "/x/plugins", "/var/lib/kubelet/plugins_registry"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(append([]string{"--config", writeFile(t, tt.file)}, tt.args...), env(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.CardAPI != tt.api || c.DRAPluginDir != tt.plugins || c.DRARegistrationDir != tt.regs {
+				t.Errorf("cardAPI %q draPluginDir %q draRegistrationDir %q, want %q %q %q",
+					c.CardAPI, c.DRAPluginDir, c.DRARegistrationDir, tt.api, tt.plugins, tt.regs)
+			}
+		})
 	}
 }

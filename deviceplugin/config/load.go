@@ -73,6 +73,9 @@ var fields = []field{
 	{"card-handoff", "how cards reach a container: env (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices) or both", str(func(c *Config) *string { return &c.CardHandoff })},
 	{"cdi-card-kind", "CDI kind whose devices, named by card UUID, are the cards", str(func(c *Config) *string { return &c.CDICardKind })},
 	{"cdi-spec-dir", "where the agent writes its CDI spec for the hook library", str(func(c *Config) *string { return &c.CDISpecDir })},
+	{"card-api", "how the kubelet gets the cards: device-plugin (vGPU slots) or dra (the DRA driver vgpu.tessera.io); never both on one node", str(func(c *Config) *string { return &c.CardAPI })},
+	{"dra-plugin-dir", "kubelet's DRA plugin directory; with card-api dra the driver's socket is in its vgpu.tessera.io subdirectory", str(func(c *Config) *string { return &c.DRAPluginDir })},
+	{"dra-registration-dir", "kubelet's plugin registration directory (card-api dra)", str(func(c *Config) *string { return &c.DRARegistrationDir })},
 	{"slot-topology", "NUMA nodes on the kubelet's slots: none or numa", str(func(c *Config) *string { return &c.SlotTopology })},
 	{"health-fatal-xids", "comma-separated XIDs that mark a card unhealthy", func(c *Config, v string) error {
 		c.Health.FatalXIDs = nil

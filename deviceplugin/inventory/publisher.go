@@ -1,6 +1,6 @@
 // Package inventory publishes the node's cards on the Node object: the versioned
-// inventory annotation, each card's CUDA context reserve and the MIG layout of cards
-// in MIG mode when something changes,
+// inventory annotation, each card's CUDA context reserve, the MIG layout of cards
+// in MIG mode and the card API the agent serves (tessera.io/card-api) when something changes,
 // the heartbeat annotation on a timer, and optionally the HAMi/Volcano registration
 // annotations.
 package inventory
@@ -33,6 +33,9 @@ type Options struct {
 	VolcanoCompat bool
 	MinBackoff    time.Duration
 	MaxBackoff    time.Duration
+	// CardAPI, when set, is written as tessera.io/card-api: how the agent offers the
+	// cards to the kubelet (device-plugin or dra). Empty leaves the annotation as it is.
+	CardAPI string
 	// Observe, when set, is given the Node the API server returns for each write (the
 	// coexistence guard reads other plugins' resources from it instead of a GET).
 	Observe func(*corev1.Node)
@@ -132,6 +135,9 @@ func (p *Publisher) Patch() ([]byte, error) {
 		// The reserves travel beside the inventory, not in it: a scheduler of the
 		// previous release decodes the inventory strictly and never reads this key.
 		api.AnnotationContextReserve: nil,
+	}
+	if p.opts.CardAPI != "" {
+		ann[api.AnnotationCardAPI] = p.opts.CardAPI
 	}
 	if r := inv.ContextReserve(); r != nil {
 		if ann[api.AnnotationContextReserve], err = api.EncodeContextReserve(r); err != nil {

@@ -42,6 +42,39 @@ func TestNodeInventoryProblemsAreNamedInTheReason(t *testing.T) {
 	}
 }
 
+// A node whose agent serves its cards through DRA still publishes its inventory (the
+// CLI and the book read it), but has no vGPU slots: a vGPU pod never goes there, and the
+// reason says where such pods belong. A node of the device plugin beside it takes it.
+func TestANodeServingDRAIsNotOfferedToVGPUPods(t *testing.T) {
+	dra := gpuNode("dra", 2, "NVIDIA A100", 40960)
+	dra.Annotations[api.AnnotationCardAPI] = api.CardAPIDRA
+	utc := &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{dra},
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)},
+		Pods:      []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, nil)},
+		Queues:    queues(),
+	}
+	ssn, _ := session(t, utc, true, nil)
+	if a := taskAssignments(t, ssn)["p"]; a != nil {
+		t.Fatalf("placed on %s, whose cards are DRA devices", a.Node)
+	}
+	if msg := jobMessage(ssn); !strings.Contains(msg, "node dra: the node's cards are DRA devices") {
+		t.Errorf("reason %q does not say the node serves DRA", msg)
+	}
+	dp := gpuNode("dp", 2, "NVIDIA A100", 40960)
+	dp.Annotations[api.AnnotationCardAPI] = api.CardAPIDevicePlugin
+	utc = &uthelper.TestCommonStruct{
+		Nodes:     []*corev1.Node{dra, dp},
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)},
+		Pods:      []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, nil)},
+		Queues:    queues(),
+	}
+	ssn, _ = session(t, utc, true, nil)
+	if a := taskAssignments(t, ssn)["p"]; a == nil || a.Node != "dp" {
+		t.Fatalf("assignment %+v, want the device plugin's node dp", a)
+	}
+}
+
 func TestHAMiRegisteredNodeIsScheduledAndCompatAnnotationsWritten(t *testing.T) {
 	node := cpuNode("hami")
 	node.Annotations = map[string]string{

@@ -32,6 +32,12 @@ func (p *vgpuPlugin) buildLedger(ssn *framework.Session, loading map[string]int)
 			continue
 		}
 		name := ni.Name
+		if ni.Node.Annotations[api.AnnotationCardAPI] == api.CardAPIDRA {
+			// Its agent serves the cards as DRA devices: no vGPU slots for the kubelet to
+			// hand out, so a vGPU pod placed here would be refused at admission.
+			l.MarkUnusable(name, draNodeReason)
+			continue
+		}
 		inv, err := p.dec.NodeInventory(ni.Node, now, p.args.HeartbeatTimeout)
 		if err != nil {
 			l.MarkUnusable(name, err.Error())
@@ -133,3 +139,7 @@ func sessionPodView(ssn *framework.Session, dec *api.Decoders) func(types.UID) b
 		return book.PodInFlight
 	}
 }
+
+// draNodeReason is why a vGPU task does not fit a node whose agent runs the DRA driver.
+const draNodeReason = "the node's cards are DRA devices (" + api.AnnotationCardAPI + ": " + api.CardAPIDRA +
+	"): vGPU pods run there through ResourceClaims of driver vgpu.tessera.io"

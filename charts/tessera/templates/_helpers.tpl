@@ -106,10 +106,10 @@ annotations (api/keys.go, api/signature.go), as a JSON list (a CEL list literal 
 {{- end -}}
 
 {{/* Node annotations the agent writes (deviceplugin/inventory): the inventory, its
-heartbeat and the cards' CUDA context reserves, and with volcanoCompat the HAMi/Volcano
-register and handshake. */}}
+heartbeat, the cards' CUDA context reserves, the MIG layout, the card API it serves
+(tessera.io/card-api), and with volcanoCompat the HAMi/Volcano register and handshake. */}}
 {{- define "tessera.agentNodeKeys" -}}
-{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" "tessera.io/context-reserve" "tessera.io/mig-instances" -}}
+{{- $k := list "tessera.io/inventory" "tessera.io/heartbeat" "tessera.io/context-reserve" "tessera.io/mig-instances" "tessera.io/card-api" -}}
 {{- if .Values.devicePlugin.config.volcanoCompat -}}{{- $k = concat $k (list "volcano.sh/node-vgpu-register" "volcano.sh/node-vgpu-handshake") -}}{{- end -}}
 {{- toJson $k -}}
 {{- end -}}
@@ -217,12 +217,13 @@ processes it stops run under the workloads' users. */}}
 {{- end -}}
 
 {{/* Whether the agent runs in the host's pid namespace: devicePlugin.hostPID when set, else
-whether the memory guard is on (the one feature that needs it). */}}
+whether the memory guard is on (the one feature that needs it; with cardAPI dra the agent
+never runs it). */}}
 {{- define "tessera.agentHostPID" -}}
 {{- if kindIs "bool" .Values.devicePlugin.hostPID -}}
 {{- .Values.devicePlugin.hostPID -}}
 {{- else -}}
-{{- ne (toString .Values.devicePlugin.config.memoryGuard.mode) "off" -}}
+{{- and (ne (toString .Values.devicePlugin.config.memoryGuard.mode) "off") (ne .Values.devicePlugin.config.cardAPI "dra") -}}
 {{- end -}}
 {{- end -}}
 

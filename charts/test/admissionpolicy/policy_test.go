@@ -18,6 +18,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -410,7 +411,8 @@ func updateNode(old, new *corev1.Node, who string, extra map[string][]string) re
 	return request{op: admission.Update, resource: "nodes", kind: "Node", obj: new, old: old, user: who, extra: extra}
 }
 
-// The agent writes only its own Node's inventory, heartbeat, context reserves and MIG layout.
+// The agent writes only its own Node's inventory, heartbeat, context reserves, MIG layout
+// and card API.
 func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 	ps := policies(t, "")
 	before := map[string]string{"tessera.io/inventory": "v1-old", "tessera.io/heartbeat": "t0", "other.io/x": "1"}
@@ -422,6 +424,10 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 		"tessera.io/context-reserve": `{"version":"v1","cards":{"GPU-1":518}}`}
 	partitioned := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
 		"tessera.io/mig-instances": `{"version":"v1","cards":{}}`}
+	draMode := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
+		"tessera.io/card-api": "dra"}
+	devicePluginMode := map[string]string{"tessera.io/inventory": "v1-new", "tessera.io/heartbeat": "t1", "other.io/x": "1",
+		"tessera.io/card-api": "device-plugin"}
 	tainted := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "evil", Effect: corev1.TaintEffectNoSchedule}}
 	}
@@ -431,6 +437,10 @@ func TestTheAgentChangesOnlyItsOwnNode(t *testing.T) {
 		{"the agent publishes its context reserves", updateNode(node("node-1", before), node("node-1", reserved), agentSA, on("node-1")), nil},
 		{"the agent removes its context reserves", updateNode(node("node-1", reserved), node("node-1", after), agentSA, on("node-1")), nil},
 		{"the agent publishes its MIG layout", updateNode(node("node-1", before), node("node-1", partitioned), agentSA, on("node-1")), nil},
+		{"the agent shows its card API", updateNode(node("node-1", before), node("node-1", draMode), agentSA, on("node-1")), nil},
+		{"the agent restarted in the other mode changes its card API", updateNode(node("node-1", draMode), node("node-1", devicePluginMode), agentSA, on("node-1")), nil},
+		{"the agent shows its card API on another node", updateNode(node("node-2", before), node("node-2", draMode), agentSA, on("node-1")),
+			[]string{"node-1 may only change its own Node, not node-2"}},
 		{"the kubelet updates its node", updateNode(node("node-1", before), node("node-1", other), "system:node:node-1", nil), nil},
 		{"the agent writes another node", updateNode(node("node-2", before), node("node-2", after), agentSA, on("node-1")),
 			[]string{"node-1 may only change its own Node, not node-2"}},
@@ -494,6 +504,53 @@ func TestTheAgentChangesOnlyThePodsOfItsNode(t *testing.T) {
 	})
 }
 
+func slice(name, node, driver string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+}
+
+func sliceRequest(op admission.Operation, old, new *resourceapi.ResourceSlice, who string, extra map[string][]string) request {
+	r := request{op: op, resource: "resourceslices", kind: "ResourceSlice", user: who, extra: extra}
+	if new != nil {
+		r.obj = new
+	}
+	if old != nil {
+		r.old = old
+	}
+	return r
+}
+
+// With cardAPI dra the agent writes only the vgpu.tessera.io ResourceSlices of its own
+// node; the kubelet and other drivers are not its policy's business. Without dra the
+// policy is not rendered: the agent's role grants no ResourceSlices at all then.
+func TestTheAgentWritesOnlyItsOwnNodesResourceSlices(t *testing.T) {
+	ps := policies(t, "devicePlugin:\n  config: {cardAPI: dra}\n")
+	own, own2 := slice("node-1-vgpu-x1", "node-1", "vgpu.tessera.io"), slice("node-1-vgpu-x1", "node-1", "vgpu.tessera.io")
+	own2.Spec.Pool.Generation = 2
+	other := slice("node-2-vgpu-x1", "node-2", "vgpu.tessera.io")
+	nvidia := slice("node-1-gpu-x1", "node-1", "gpu.nvidia.com")
+	run(t, ps, []tcase{
+		{"the agent publishes its node's slice", sliceRequest(admission.Create, nil, own, agentSA, on("node-1")), nil},
+		{"the agent updates its node's slice", sliceRequest(admission.Update, own, own2, agentSA, on("node-1")), nil},
+		{"the agent deletes its node's slice", sliceRequest(admission.Delete, own, nil, agentSA, on("node-1")), nil},
+		{"the agent publishes a slice for another node", sliceRequest(admission.Create, nil, other, agentSA, on("node-1")),
+			[]string{"node-1 may only write ResourceSlices of driver vgpu.tessera.io on its own node, not ResourceSlice node-2-vgpu-x1"}},
+		{"the agent deletes another node's slice", sliceRequest(admission.Delete, other, nil, agentSA, on("node-1")),
+			[]string{"not ResourceSlice node-2-vgpu-x1"}},
+		{"the agent moves its slice to another node", sliceRequest(admission.Update, own, other, agentSA, on("node-1")),
+			[]string{"on its own node"}},
+		{"the agent writes another driver's slice on its node", sliceRequest(admission.Update, nvidia, nvidia, agentSA, on("node-1")),
+			[]string{"not ResourceSlice node-1-gpu-x1"}},
+		{"the agent's token has no node claim", sliceRequest(admission.Create, nil, own, agentSA, nil), []string{"no node claim"}},
+	})
+	if refusals, saw := admit(t, ps, sliceRequest(admission.Create, nil, other, "system:node:node-2", nil)); len(refusals) > 0 || len(saw) == 0 {
+		t.Errorf("the kubelet of node-2 writing a slice: refusals %v (policies %v), want the agent's policy to pass it by", refusals, saw)
+	}
+	if _, ok := policies(t, "")["gpu-tessera-agent-resourceslices"]; ok {
+		t.Error("the ResourceSlice policy is rendered in device-plugin mode")
+	}
+}
+
 // Turned off, nothing is rendered; the agent's node scope alone can be turned off.
 func TestThePoliciesCanBeTurnedOffAndTheirActionsSet(t *testing.T) {
 	if ps := policies(t, "admissionPolicy: {enabled: false}\n"); len(ps) != 0 {
@@ -541,9 +598,10 @@ func TestThePoliciesTypeCheckAgainstTheKubernetesSchemas(t *testing.T) {
 	for _, k := range []string{"Pod", "Node", "Binding"} {
 		mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: k}, meta.RESTScopeNamespace)
 	}
+	mapper.Add(schema.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceSlice"}, meta.RESTScopeRoot)
 	tc := &validating.TypeChecker{SchemaResolver: resolver.NewDefinitionsSchemaResolver(k8sopenapi.GetOpenAPIDefinitions, scheme.Scheme),
 		RestMapper: mapper}
-	for _, values := range []string{"", "devicePlugin:\n  config: {volcanoCompat: true}\n"} {
+	for _, values := range []string{"", "devicePlugin:\n  config: {volcanoCompat: true}\n", "devicePlugin:\n  config: {cardAPI: dra}\n"} {
 		for name, p := range policies(t, values) {
 			ctx := tc.CreateContext(p.policy)
 			checked := 0
