@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -8,7 +9,7 @@ import (
 )
 
 func TestSimulateRefusesAnUnknownOutput(t *testing.T) {
-	if err := simulate("", "yaml"); !errors.Is(err, cli.ErrUsage) {
+	if err := simulate(&bytes.Buffer{}, "", "yaml"); !errors.Is(err, cli.ErrUsage) {
 		t.Errorf("-o yaml: %v, want a usage error", err)
 	}
 }

@@ -43,7 +43,12 @@ func main() {
 		Name:    "simulate",
 		Summary: "run the vgpu plugin inside Volcano's scheduler on a described cluster (no API server)",
 		Help:    simulateHelp,
-		Run:     func(_ context.Context, _ cli.Env, args []string) error { return nil }, // never reached: see above
+		// Reached only when flags come before "simulate" (tessera --kubeconfig X simulate):
+		// tessera-simulate reads its own flags, so they must follow the command.
+		Run: func(_ context.Context, _ cli.Env, args []string) error {
+			return fmt.Errorf("%w: put every flag after \"simulate\" (tessera simulate --from-cluster --kubeconfig FILE ...): "+
+				"tessera-simulate reads its own", cli.ErrUsage)
+		},
 	}, cli.Command{
 		Name:    "ui",
 		Summary: ui.Summary,
@@ -54,9 +59,16 @@ func main() {
 	}))
 }
 
-const simulateHelp = `Flags:
-  -f FILE        scenario file (YAML); the embedded default when empty
-  -o text|json   output format (default text)
+const simulateHelp = `Usage:
+  tessera simulate [-f FILE] [-o text|json]
+  tessera simulate --from-cluster [--add-nodes N --node-shape SHAPE] [-o text|json] [--kubeconfig FILE ...]
+
+Flags:
+  -f FILE              scenario file (YAML); the embedded default when empty
+  -o text|json         output format (default text)
+  --from-cluster       simulate the live cluster of the kubeconfig (cards, running and pending vGPU pods, queues)
+  --add-nodes N        with --from-cluster: add N nodes of --node-shape and show what they would place
+  --node-shape SHAPE   the added nodes' machine: dgxa100, or MODELxCOUNT such as H100x8
 `
 
 func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }

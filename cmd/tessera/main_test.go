@@ -49,6 +49,8 @@ func TestExitCodesAndAQuietStart(t *testing.T) {
 		{"frobnicate", 2, `unknown command "frobnicate"`},
 		{"pod", 2, "pod takes one pod name"},
 		{"nodes --kubeconfig " + missing, 1, "tessera nodes: kubeconfig:"},
+		// Flags before simulate would reach no simulator: said, not silently ignored.
+		{"--kubeconfig " + missing + " simulate --from-cluster", 2, `put every flag after "simulate"`},
 	} {
 		stderr, code := runMain(t, c.args, "HOME="+home, "KUBECONFIG=")
 		if code != c.code || !strings.Contains(stderr, c.want) {

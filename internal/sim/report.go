@@ -3,9 +3,12 @@ package sim
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -58,8 +61,8 @@ func (r *Result) Summarise() (*Summary, error) {
 		byUUID[s.Cards[i].UUID] = &s.Cards[i]
 	}
 	placed := map[string]int{}
-	for _, p := range r.Bound {
-		placed[p.Annotations["scheduling.k8s.io/group-name"]]++
+	for _, p := range append(slices.Clip(r.Held), r.Bound...) {
+		placed[(&Job{Name: p.Annotations[schedulingv1.KubeGroupNameAnnotationKey], Namespace: p.Namespace}).Key()]++
 		a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", p.Name, err)
@@ -82,7 +85,7 @@ func (r *Result) Summarise() (*Summary, error) {
 		}
 	}
 	for _, j := range r.Jobs {
-		s.Jobs = append(s.Jobs, JobOutcome{Name: j.Name, Queue: j.Queue, Placed: placed[j.Name], Replicas: j.Replicas, Reason: r.Pending[j.Name]})
+		s.Jobs = append(s.Jobs, JobOutcome{Name: j.Key(), Queue: j.Queue, Placed: placed[j.Key()], Replicas: j.Replicas, Reason: r.Pending[j.Key()]})
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,9 +31,11 @@ import (
 // Result is what a simulation produced.
 type Result struct {
 	Sessions int
-	// Bound holds every bound pod as the API server would store it.
+	// Bound holds every pod the sessions bound, as the API server would store it.
 	Bound []*corev1.Pod
-	// Pending maps each job that is not fully placed to the scheduler's reason.
+	// Held are the jobs' members that were bound before the first session.
+	Held []*corev1.Pod
+	// Pending maps each job (by Job.Key) that is not fully placed to the scheduler's reason.
 	Pending map[string]string
 	Nodes   []*corev1.Node
 	Jobs    []Job
@@ -89,16 +92,34 @@ func Run(s *Scenario) (*Result, error) {
 			res.Nodes = append(res.Nodes, n)
 		}
 	}
-	sc.AddQueueV1beta1(util.BuildQueue("default", 1, nil))
+	for _, h := range s.Hosts {
+		n, err := hostNode(h, now)
+		if err != nil {
+			return nil, err
+		}
+		sc.AddOrUpdateNode(n)
+		res.Nodes = append(res.Nodes, n)
+	}
+	if !slices.ContainsFunc(s.Queues, func(q Queue) bool { return q.Name == "default" }) {
+		sc.AddQueueV1beta1(util.BuildQueue("default", 1, nil))
+	}
 	for _, q := range s.Queues {
-		sc.AddQueueV1beta1(util.BuildQueue(q.Name, q.Weight, nil))
+		sc.AddQueueV1beta1(volcanoQueue(q))
 	}
 	pods := map[string]*corev1.Pod{}
 	for ji, j := range s.Jobs {
 		sc.AddPodGroupV1beta1(podGroup(j))
 		for i := 0; i < j.Replicas; i++ {
-			p := jobPod(j, i, now.Add(time.Duration(ji*1000+i)*time.Millisecond))
-			pods[p.Name] = p
+			created := now.Add(time.Duration(ji*1000+i) * time.Millisecond)
+			p := jobPod(j, i, created)
+			if i < len(j.Bound) {
+				var err error
+				if p, err = boundPod(j, i, created); err != nil {
+					return nil, err
+				}
+				res.Held = append(res.Held, p)
+			}
+			pods[p.Namespace+"/"+p.Name] = p
 			sc.AddPod(p)
 		}
 	}
@@ -125,8 +146,9 @@ func Run(s *Scenario) (*Result, error) {
 		framework.CloseSession(ssn)
 		bound := waitForBinds(binder, dispatched)
 		for _, p := range bound {
-			sc.UpdatePod(pods[p.Name], p)
-			pods[p.Name] = p
+			key := p.Namespace + "/" + p.Name
+			sc.UpdatePod(pods[key], p)
+			pods[key] = p
 			res.Bound = append(res.Bound, p)
 		}
 		res.Pending = reasons
@@ -134,8 +156,22 @@ func Run(s *Scenario) (*Result, error) {
 			break
 		}
 	}
-	sort.Slice(res.Bound, func(i, j int) bool { return res.Bound[i].Name < res.Bound[j].Name })
+	sort.Slice(res.Bound, func(i, j int) bool {
+		a, b := res.Bound[i], res.Bound[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
 	return res, nil
+}
+
+// volcanoQueue is the scenario's queue as Volcano's Queue, open.
+func volcanoQueue(q Queue) *schedulingv1.Queue {
+	v := util.BuildQueue(q.Name, q.Weight, q.Capability)
+	v.Spec.Guarantee.Resource = q.Guarantee
+	v.Spec.Reclaimable = q.Reclaimable
+	return v
 }
 
 func simTiers(args map[string]any) []conf.Tier {
@@ -181,7 +217,7 @@ func pendingReasons(ssn *framework.Session) map[string]string {
 		if job.PodGroup != nil && string(job.PodGroup.Status.Phase) == string(schedulingv1.PodGroupPending) && job.JobFitErrors == "" {
 			msg = "not enqueued: " + msg
 		}
-		out[job.Name] = msg
+		out[(&Job{Name: job.Name, Namespace: job.Namespace}).Key()] = msg
 	}
 	return out
 }
