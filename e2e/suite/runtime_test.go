@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,7 +160,8 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 			ctrd>>20, count, shims>>20)
 	}
 	kubeletRestartKeepsContainers(t, "gpu-r1", pods[0], pids)
-	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes)
+	newLib := hookUpgradeKeepsRunningContainers(t, pids)
+	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes, newLib)
 	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
 }
 
@@ -176,7 +178,7 @@ type seenProbe struct {
 // restart, the new agent's metrics show each container's hook loaded and exactly the memory
 // its process holds, and a pod admitted on the node after the restart gets its handoff (a
 // probe container that sees its assigned cards and limits).
-func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev1.Pod, pids map[string]int, probes map[string]seenProbe) {
+func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev1.Pod, pids map[string]int, probes map[string]seenProbe, lib uint64) {
 	t.Helper()
 	ctx := context.Background()
 	started := map[string]string{}
@@ -249,6 +251,77 @@ func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev
 	for _, b := range checkProbe(out, a.Containers[0], r) {
 		t.Errorf("%s/%s on %s after the agent restart: %s", p.Name, a.Containers[0].Name, node, b)
 	}
+	// Started after the hook library was upgraded: it maps the new file.
+	if pid, err := containerProcess(r.ID, cluster.ProbePath); err != nil {
+		t.Errorf("%s: %v", p.Name, err)
+	} else if got := hookInode(pid); got != lib {
+		t.Errorf("%s (host pid %d), started after the upgrade, maps hook library inode %d, want the new file's %d", p.Name, pid, got, lib)
+	}
+}
+
+// hookUpgradeKeepsRunningContainers upgrades the hook library on the host as the chart's
+// init container does (a copy beside it, renamed over it) while the probes run: their
+// processes live on with the library they mapped (its old inode: a running process's code
+// never changes under it), and the new file is what later containers get. It returns the
+// new file's inode.
+func hookUpgradeKeepsRunningContainers(t *testing.T, pids map[string]int) uint64 {
+	t.Helper()
+	lib := cl.HookLibrary()
+	old := inodeOf(t, lib)
+	started := map[string]string{}
+	for k, pid := range pids {
+		started[k] = processStart(pid)
+	}
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib+".tmp", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(lib+".tmp", lib); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := inodeOf(t, lib)
+	if upgraded == old {
+		t.Fatalf("the upgraded hook library kept inode %d", old)
+	}
+	for k, pid := range pids {
+		if processStart(pid) != started[k] {
+			t.Errorf("%s: process %d did not survive the hook library's upgrade", k, pid)
+			continue
+		}
+		if got := hookInode(pid); got != old {
+			t.Errorf("%s: process %d maps hook library inode %d after the upgrade, want the one it started with, %d", k, pid, got, old)
+		}
+	}
+	t.Logf("hook library upgraded under %d running probe processes (inode %d -> %d): each still maps the one it started with", len(pids), old, upgraded)
+	return upgraded
+}
+
+func inodeOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sys().(*syscall.Stat_t).Ino
+}
+
+// hookInode is the inode of the hook library in a process's memory map, 0 when not mapped.
+func hookInode(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && strings.HasPrefix(f[5], cl.HookLibrary()) {
+			ino, _ := strconv.ParseUint(f[4], 10, 64)
+			return ino
+		}
+	}
+	return 0
 }
 
 // containerRestartKeepsLimits kills every process of one probe container from the host; the
