@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,6 +165,125 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	newLib := hookUpgradeKeepsRunningContainers(t, pids)
 	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes, newLib)
 	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
+	forceDeleteWhileStartingLeavesNothing(t, namespace)
+}
+
+// forceDeleteWhileStartingLeavesNothing force-deletes probe pods (grace 0, as `kubectl
+// delete --force`) on both real-runtime nodes the moment they are bound, while the kubelet
+// sets up their sandbox and containerd and runc start their container and Volcano's job
+// controller makes replacements. Afterwards no kubelet has exited, both nodes are Ready,
+// each node runs exactly the shims (pod sandboxes) it ran before, and a probe pod started
+// after the churn gets its cards and limits (the probe's checks): nothing the deleted pods
+// held stays held.
+func forceDeleteWhileStartingLeavesNothing(t *testing.T, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	crashedBefore := len(cl.KubeletExits())
+	shimsBefore := map[string]int{}
+	for _, n := range realNodes {
+		_, _, shimsBefore[n.Name] = cl.RuntimeRSS(n.Name)
+	}
+	for _, n := range realNodes {
+		j := probeJob(namespace, n.Name)
+		j.Name = "churn-" + n.Name
+		spec := &j.Spec.Tasks[0].Template.Spec
+		spec.Containers = spec.Containers[:1]
+		j.Spec.Tasks[0].Replicas = 2
+		submit(t, j)
+	}
+	seen := map[types.UID]bool{}
+	deleted := 0
+	for deadline := time.Now().Add(90 * time.Second); deleted < 8 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		list, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if !strings.HasPrefix(p.Name, "churn-") || p.Spec.NodeName == "" || seen[p.UID] || p.DeletionTimestamp != nil {
+				continue
+			}
+			seen[p.UID] = true
+			uid := p.UID
+			err := cl.Client.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0)),
+				Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err == nil {
+				deleted++
+			} else if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				t.Fatalf("force-deleting %s: %v", p.Name, err)
+			}
+		}
+	}
+	t.Logf("force-deleted %d probe pods on the real runtime the moment they were bound", deleted)
+	if deleted < 4 {
+		t.Errorf("only %d pods force-deleted: the churn did not run", deleted)
+	}
+	for _, n := range realNodes {
+		if err := cl.Volcano.BatchV1alpha1().Jobs(namespace).Delete(ctx, "churn-"+n.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range cl.KubeletExits()[crashedBefore:] {
+		t.Errorf("the kubelet of %s exited by itself (%s) during the churn; its log %s ends:\n%s", e.Node, e.Status, e.Log, e.Tail)
+	}
+	settled := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Name, "churn-") {
+				return false, nil
+			}
+		}
+		for _, n := range realNodes {
+			if _, _, shims := cl.RuntimeRSS(n.Name); shims != shimsBefore[n.Name] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		got := map[string]int{}
+		for _, n := range realNodes {
+			_, _, got[n.Name] = cl.RuntimeRSS(n.Name)
+		}
+		t.Fatalf("after the churn: churn pods or pod sandboxes remain (shims %v, before %v)", got, shimsBefore)
+	}
+	t.Logf("the churn's pods are gone and each node runs the shims it ran before, %s after the jobs' deletion",
+		time.Since(settled).Round(100*time.Millisecond))
+	for _, n := range realNodes {
+		if err := cl.WaitNodeReady(ctx, n.Name, time.Minute); err != nil {
+			t.Errorf("after the churn: %v", err)
+		}
+	}
+	// A pod after the churn, on the node whose cards the deleted pods were given.
+	j := probeJob(namespace, "gpu-r1")
+	j.Name = "after-churn"
+	spec := &j.Spec.Tasks[0].Template.Spec
+	spec.Containers = spec.Containers[:1]
+	submit(t, j)
+	ps, err := workload.WaitPods(ctx, cl.Client, namespace, j.Name, 2*time.Minute, workload.AllPhase(1, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
+	if err != nil || len(a.Containers) != 1 {
+		t.Fatalf("%s: assignment %+v: %v", p.Name, a, err)
+	}
+	r, ok := handed(t).Records[string(p.UID)+"/"+a.Containers[0].Name]
+	if !ok {
+		t.Fatalf("%s: no record from the runtime", p.Name)
+	}
+	out, log, err := readProbe(p, a.Containers[0].Name, time.Minute)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	for _, b := range checkProbe(out, a.Containers[0], r) {
+		t.Errorf("%s after the churn: %s", p.Name, b)
+	}
+	t.Logf("%s on %s after the churn: %s", p.Name, p.Spec.NodeName, summary(out))
 }
 
 // seenProbe is what a probe container printed, its assignment and its runtime record.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -314,6 +316,36 @@ func (c *Cluster) KillKubelet(name string) {
 	if p := c.kubelet(name); p != nil {
 		p.kill()
 	}
+	// On a real-runtime node the harness's process is kubelet-ns, whose child (the kubelet,
+	// in the node's PID namespace) dies with it through PR_SET_PDEATHSIG, a moment later: a
+	// kubelet started at once would find the port still taken and exit.
+	c.waitKubeletPortFree(name, 10*time.Second)
+}
+
+// waitKubeletPortFree waits until nothing listens on the node's kubelet port (read from
+// its kubelet.yaml) or until timeout.
+func (c *Cluster) waitKubeletPortFree(name string, timeout time.Duration) {
+	b, err := os.ReadFile(filepath.Join(c.NodeDir(name), "kubelet.yaml"))
+	if err != nil {
+		return
+	}
+	var port string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "port: "); ok {
+			port = strings.TrimSpace(v)
+		}
+	}
+	if port == "" {
+		return
+	}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			l.Close()
+			return
+		}
+	}
+	klog.InfoS("The killed kubelet's port is still taken; starting the next one anyway", "node", name, "port", port)
 }
 
 // kubelet is the node's current kubelet process, nil before the first start.
