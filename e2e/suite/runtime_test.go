@@ -267,7 +267,13 @@ func forceDeleteWhileStartingLeavesNothing(t *testing.T, namespace string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := ps[0]
+	checkOneProbe(t, ps[0], "after the churn")
+}
+
+// checkOneProbe runs the probe's checks on a pod of one probe container and returns the
+// container's runtime record; when is what the messages say of the moment.
+func checkOneProbe(t *testing.T, p corev1.Pod, when string) workload.CRIRecord {
+	t.Helper()
 	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
 	if err != nil || len(a.Containers) != 1 {
 		t.Fatalf("%s: assignment %+v: %v", p.Name, a, err)
@@ -280,10 +286,11 @@ func forceDeleteWhileStartingLeavesNothing(t *testing.T, namespace string) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
+	t.Logf("%s/%s on %s %s: %s", p.Name, a.Containers[0].Name, p.Spec.NodeName, when, summary(out))
 	for _, b := range checkProbe(out, a.Containers[0], r) {
-		t.Errorf("%s after the churn: %s", p.Name, b)
+		t.Errorf("%s/%s on %s %s: %s", p.Name, a.Containers[0].Name, p.Spec.NodeName, when, b)
 	}
-	t.Logf("%s on %s after the churn: %s", p.Name, p.Spec.NodeName, summary(out))
+	return r
 }
 
 // seenProbe is what a probe container printed, its assignment and its runtime record.
@@ -356,22 +363,7 @@ func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev
 		t.Fatalf("pod %s ran on %s, not %s", p.Name, p.Spec.NodeName, node)
 	}
 	checkHandoff(t, ps)
-	a, err := api.DecodeAssignment(p.Annotations[api.AnnotationAssignment])
-	if err != nil || len(a.Containers) != 1 {
-		t.Fatalf("%s: assignment %+v: %v", p.Name, a, err)
-	}
-	r, ok := handed(t).Records[string(p.UID)+"/"+a.Containers[0].Name]
-	if !ok {
-		t.Fatalf("%s: no record from the runtime", p.Name)
-	}
-	out, log, err := readProbe(p, a.Containers[0].Name, time.Minute)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log)
-	}
-	t.Logf("%s/%s on %s: %s", p.Name, a.Containers[0].Name, node, summary(out))
-	for _, b := range checkProbe(out, a.Containers[0], r) {
-		t.Errorf("%s/%s on %s after the agent restart: %s", p.Name, a.Containers[0].Name, node, b)
-	}
+	r := checkOneProbe(t, p, "after the agent restart")
 	// Started after the hook library was upgraded: it maps the new file.
 	if pid, err := containerProcess(r.ID, cluster.ProbePath); err != nil {
 		t.Errorf("%s: %v", p.Name, err)
