@@ -329,3 +329,28 @@ func TestExplainSeesAnIdleOnlyHolder(t *testing.T) {
 		t.Errorf("explain %+v\nwant the card held by the idle-only pod, resolvable", v)
 	}
 }
+
+// A pod's own score weights are in the explanation, in the annotation's canonical form,
+// and in the text beside the policies; a pod without them shows none.
+func TestExplainShowsThePodsScoreWeights(t *testing.T) {
+	objs := cluster(t)
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Name == "small" {
+			p.Annotations[api.AnnotationScoreWeights] = "topology=1, policy=3"
+		}
+	}
+	v := explain(t, objs, "small")
+	if v.Options == nil || v.Options.ScoreWeights != "policy=3,topology=1" {
+		t.Fatalf("options %+v, want the pod's weights policy=3,topology=1", v.Options)
+	}
+	var b strings.Builder
+	if err := WriteExplain(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "score weights: policy=3,topology=1 (tessera.io/score-weights;") {
+		t.Errorf("the text does not show the weights:\n%s", b.String())
+	}
+	if w := explain(t, cluster(t), "small"); w.Options.ScoreWeights != "" {
+		t.Errorf("a pod without the annotation shows weights %q", w.Options.ScoreWeights)
+	}
+}

@@ -63,6 +63,9 @@ type OptionsView struct {
 	UUIDExclude []string     `json:"uuidExclude,omitempty"`
 	NUMABind    bool         `json:"numaBind,omitempty"`
 	QoS         api.QoSClass `json:"qos,omitempty"`
+	// ScoreWeights are the pod's own weights of the score's terms (tessera.io/score-weights),
+	// e.g. "policy=3,topology=1"; empty when the pod leaves the plugin's.
+	ScoreWeights string `json:"scoreWeights,omitempty"`
 }
 
 // RejectView is one card's refusal.
@@ -134,7 +137,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 	o := req.Options
 	v.Containers, v.NodePolicy, v.CardPolicy = requestViews(req.Containers), req.NodePolicy, req.CardPolicy
 	v.Options = &OptionsView{TypeInclude: o.TypeInclude, TypeExclude: o.TypeExclude, UUIDInclude: o.UUIDInclude,
-		UUIDExclude: o.UUIDExclude, NUMABind: o.NUMABind, QoS: o.QoS}
+		UUIDExclude: o.UUIDExclude, NUMABind: o.NUMABind, QoS: o.QoS, ScoreWeights: o.Weights.String()}
 	if s.Args.QueueShare {
 		v.Queue = s.queueViews()[Queue(pod)]
 	}
@@ -196,6 +199,9 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 			fmt.Fprintf(w, "  container %q asks for %d card(s), each %s and %d%% cores\n", c.Name, c.Cards, mem, c.Cores)
 		}
 		fmt.Fprintf(w, "  policies: node %s, card %s; qos %s\n", v.NodePolicy, v.CardPolicy, v.Options.QoS)
+		if v.Options.ScoreWeights != "" {
+			fmt.Fprintf(w, "  score weights: %s (%s; terms it leaves out keep the plugin's)\n", v.Options.ScoreWeights, api.AnnotationScoreWeights)
+		}
 	}
 	if v.Queue != nil {
 		writeQueue(w, v.Queue)
