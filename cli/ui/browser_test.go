@@ -77,6 +77,26 @@ func TestThePageFollowsTheClusterInChromium(t *testing.T) {
 		text, _ := page.Text(ctx)
 		t.Fatalf("the page did not follow the cluster: %v\n%s", err, text)
 	}
+	// An administrator cordons a card (kubectl tessera cordon): its tile says so, dashed.
+	node, err := f.kube.CoreV1().Nodes().Get(ctx, "gpu-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cordons, err := api.EncodeCordons(&api.NodeCordons{Cards: map[string]api.CardCordon{
+		"GPU-b0": {Reason: "fan replaced", Since: time.Now().UTC().Truncate(time.Second)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations[api.AnnotationCordonedCards] = cordons
+	if _, err := f.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cordoned := `(() => { const t = document.querySelector('[data-card="GPU-b0"]');
+		return t.classList.contains("cordoned") && t.innerText.includes("CORDONED") && t.title.includes("fan replaced"); })()`
+	if err := page.WaitFor(ctx, cordoned); err != nil {
+		text, _ := page.Text(ctx)
+		t.Fatalf("the page did not show the cordoned card: %v\n%s", err, text)
+	}
 	var mark string
 	if err := page.Eval(ctx, `window.tesseraTestMark`, &mark); err != nil || mark != "not reloaded" {
 		t.Errorf("the page reloaded to show the change (mark %q, %v)", mark, err)

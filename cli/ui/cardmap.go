@@ -57,6 +57,15 @@ type Card struct {
 	Healthy       bool     `json:"healthy"`
 	MIG           bool     `json:"mig"`
 	Pods          []Tenant `json:"pods"`
+	// Cordon is set when an administrator cordoned the card (kubectl tessera cordon): it
+	// takes no new vGPU task.
+	Cordon *Cordon `json:"cordon,omitempty"`
+}
+
+// Cordon is a card's cordon: the administrator's reason and since when (RFC 3339).
+type Cordon struct {
+	Reason string `json:"reason"`
+	Since  string `json:"since"`
 }
 
 // Tenant is one container's share of a card.
@@ -85,6 +94,9 @@ func cardMap(r *cli.Report) CardMap {
 			card := Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryMiB: c.MemoryMiB, CapacityMiB: c.CapacityMiB,
 				UsedMemoryMiB: c.UsedMemoryMiB, UsedCores: c.UsedCores, Tenants: c.Tenants, Shares: c.Shares, QoS: c.QoS,
 				Healthy: c.Healthy, MIG: c.MIG, Pods: make([]Tenant, 0, len(c.Pods))}
+			if c.Cordon != nil {
+				card.Cordon = &Cordon{Reason: c.Cordon.Reason, Since: c.Cordon.Since}
+			}
 			for _, p := range c.Pods {
 				card.Pods = append(card.Pods, Tenant{Namespace: p.Namespace, Pod: p.Pod, Container: p.Container, Queue: p.Queue,
 					QoS: string(p.QoS), MemoryMiB: p.MemoryMiB, Cores: p.Cores})

@@ -57,19 +57,21 @@
   }
 
   function tile(node, card, colourOf) {
-    const t = el('div', 'tile' + (card.healthy ? '' : ' unhealthy'));
+    const t = el('div', 'tile' + (card.healthy ? '' : ' unhealthy') + (card.cordon ? ' cordoned' : ''));
     t.dataset.card = card.uuid;
     if (card.pods.length) t.style.borderTopColor = colourOf(dominantQueue(card));
     const hover = [node.name + ' card ' + card.index + '  ' + card.model, card.uuid,
       'memory ' + card.usedMemoryMiB + '/' + card.capacityMiB + ' MiB, cores ' + card.usedCores + '%, tenants ' +
       card.tenants + '/' + card.shares];
     if (!card.healthy) hover.push('UNHEALTHY: takes no new tasks');
+    if (card.cordon) hover.push('CORDONED since ' + card.cordon.since + ': takes no new tasks' +
+      (card.cordon.reason ? ' (' + card.cordon.reason + ')' : ''));
     if (!card.pods.length) hover.push('idle');
     for (const p of card.pods) hover.push(tenantLabel(p));
     t.title = hover.join('\n');
     t.appendChild(el('div', 'title', '#' + card.index + ' ' + card.model.replace(/^NVIDIA /, '')));
     t.appendChild(el('div', 'sub', card.tenants + '/' + card.shares + ' tenants' + (card.qos ? ' · ' + card.qos : '') +
-      (card.mig ? ' · MIG' : '') + (card.healthy ? '' : ' · UNHEALTHY')));
+      (card.mig ? ' · MIG' : '') + (card.healthy ? '' : ' · UNHEALTHY') + (card.cordon ? ' · CORDONED' : '')));
     const cap = card.capacityMiB || 1;
     t.appendChild(bar('memory', card.pods.map((p) => [100 * p.memoryMiB / cap, colourOf(p.queue), tenantLabel(p)])));
     const memPct = card.capacityMiB ? Math.floor(100 * card.usedMemoryMiB / card.capacityMiB) : 0;
