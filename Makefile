@@ -63,7 +63,7 @@ test-vgpu-core:
 # SOAK_SEEDS here; raise it locally for longer soaks.
 SOAK_SEEDS ?= 300
 fuzz:
-	@for p in ./api ./deviceplugin/usage ./deviceplugin/cards ./deviceplugin/memguard ./admission; do \
+	@for p in ./api ./deviceplugin/usage ./deviceplugin/cards ./deviceplugin/memguard ./deviceplugin/config ./deviceplugin/dra ./admission; do \
 		for f in $$($(GO) test $$p -list '^Fuzz' | grep '^Fuzz'); do \
 			echo "fuzz $$p $$f ($(FUZZTIME))"; \
 			out=$$(mktemp); \
@@ -181,6 +181,7 @@ e2e:
 	cd e2e/tools/kubectl && $(GO) mod tidy -diff
 	cd e2e/tools/containerd && $(GO) mod tidy -diff
 	cd e2e/tools/runc && $(GO) mod tidy -diff
+	cd e2e/tools/volcano-e2e && $(GO) mod tidy -diff
 	cd e2e && $(GO) vet ./... && $(GO) test -count=1 ./internal/... ./cmd/... && TESSERA_E2E_IMAGES=$(abspath $(IMAGES_DIR)) \
 		$(GO) test ./suite -count=1 -v -timeout $(E2E_TIMEOUT) $(E2E_FLAGS)
 
@@ -194,6 +195,12 @@ SCALE_DATA  ?=
 scale:
 	cd e2e && $(GO) build -o .cache/bin/scale ./cmd/scale && .cache/bin/scale -lock /tmp/e2e.lock -revision $(REVISION) \
 		$(if $(SCALE_DATA),-data $(abspath $(SCALE_DATA))) $(SCALE_FLAGS)
+
+## volcano-e2e: Volcano v1.14.1's own scheduling e2e suites on kwok nodes, Tessera's conf vs Volcano's CI conf (~1 h; VOLCANO_E2E_FLAGS="-focus Gang").
+.PHONY: volcano-e2e
+VOLCANO_E2E_FLAGS ?=
+volcano-e2e:
+	cd e2e && $(GO) build -o .cache/bin/volcano-e2e ./cmd/volcano-e2e && .cache/bin/volcano-e2e -lock /tmp/e2e.lock $(VOLCANO_E2E_FLAGS)
 
 ## demo: local cluster + config/samples/ workload + placement table; KEEP=1 leaves it running.
 demo:
