@@ -25,6 +25,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/plugins/predicates"
 	"volcano.sh/volcano/pkg/scheduler/plugins/priority"
 	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
+	"volcano.sh/volcano/pkg/scheduler/plugins/sla"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 	"volcano.sh/volcano/pkg/scheduler/util"
 
@@ -40,7 +41,7 @@ func confPlugins(t testing.TB, tiers []conf.Tier) map[string]framework.PluginBui
 		priority.PluginName: priority.New, gang.PluginName: gang.New, conformance.PluginName: conformance.New,
 		overcommit.PluginName: overcommit.New, drf.PluginName: drf.New, predicates.PluginName: predicates.New,
 		proportion.PluginName: proportion.New, capacity.PluginName: capacity.New, nodeorder.PluginName: nodeorder.New,
-		binpack.PluginName: binpack.New, deviceshare.PluginName: deviceshare.New, PluginName: newPlugin,
+		binpack.PluginName: binpack.New, deviceshare.PluginName: deviceshare.New, sla.PluginName: sla.New, PluginName: newPlugin,
 	}
 	for _, tier := range tiers {
 		for _, p := range tier.Plugins {
