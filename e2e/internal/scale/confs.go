@@ -45,6 +45,7 @@ tiers:
   - name: gang
     enablePreemptable: false
   - name: conformance
+  - name: sla
 - plugins:
   - name: overcommit
   - name: drf
