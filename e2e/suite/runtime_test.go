@@ -166,6 +166,64 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes, newLib)
 	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
 	forceDeleteWhileStartingLeavesNothing(t, namespace)
+	aFIFORegionLeavesTheAgentServing(t, namespace, pods[0])
+}
+
+// aFIFORegionLeavesTheAgentServing runs a tenant's attack on the node agent from inside a
+// real container: the container replaces its region on its pod's volume with a FIFO, which
+// a reader opening it blocking would hang on. The agent's scrapes still answer at once,
+// refuse that region (counted as not_regular_file, readable 0) and still report the
+// other containers of the node exactly.
+func aFIFORegionLeavesTheAgentServing(t *testing.T, namespace string, neighbour corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	j := probeJob(namespace, "gpu-r1")
+	j.Name = "attacker"
+	spec := &j.Spec.Tasks[0].Template.Spec
+	spec.Containers = spec.Containers[:1]
+	spec.Containers[0].Command = []string{cluster.ProbePath, "attack"}
+	submit(t, j)
+	ps, err := workload.WaitPods(ctx, cl.Client, namespace, j.Name, 2*time.Minute, workload.AllPhase(1, corev1.PodRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	var line string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(probeLog(p, spec.Containers[0].Name, 0))
+		for _, l := range strings.Split(string(b), "\n") {
+			if i := strings.Index(l, "probe attack fifo "); i >= 0 {
+				line = l[i:]
+			}
+		}
+		return line != "", nil
+	}); err != nil {
+		t.Fatalf("%s: the attacker never said what it did", p.Name)
+	}
+	if !strings.Contains(line, " ok CUDA_SUCCESS") {
+		t.Fatalf("%s: %q; want its region replaced by a FIFO after an allocation", p.Name, line)
+	}
+	errsBefore, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="not_regular_file"`)
+	for i := 0; i < 3; i++ { // every scrape answers: none waits on the FIFO
+		start := time.Now()
+		readable, err := agentSeries(ctx, "gpu-r1", "tessera_container_region_readable{", `pod="`+p.Name+`"`)
+		if err != nil {
+			t.Fatalf("scrape %d of gpu-r1's agent with a FIFO for a region: %v", i+1, err)
+		}
+		if took := time.Since(start); took > 5*time.Second || len(readable) != 1 || sum(readable) != 0 {
+			t.Errorf("scrape %d: %s, the attacker's region readable %v; want an answer within 5 s and 0", i+1, took, readable)
+		}
+	}
+	errsAfter, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="not_regular_file"`)
+	if sum(errsAfter) <= sum(errsBefore) {
+		t.Errorf("not_regular_file refusals %v before, %v after: the FIFO was not counted", sum(errsBefore), sum(errsAfter))
+	}
+	hook, err := agentSeries(ctx, "gpu-r1", "tessera_container_hook_loaded{", `pod="`+neighbour.Name+`"`)
+	if err != nil || len(hook) == 0 || sum(hook) != float64(len(hook)) {
+		t.Errorf("the neighbour %s's hook metrics beside the attacker: %v (%v)", neighbour.Name, hook, err)
+	}
+	t.Logf("%s replaced its region with a FIFO; gpu-r1's agent kept answering, refused it (not_regular_file %v -> %v), and still reports %s",
+		p.Name, sum(errsBefore), sum(errsAfter), neighbour.Name)
 }
 
 // forceDeleteWhileStartingLeavesNothing force-deletes probe pods (grace 0, as `kubectl

@@ -16,6 +16,9 @@
  *                       says so, keeps them until stdin closes
  *   vgpu-probe fill     on every device: allocates until refused (chunks halving down to one
  *                       byte), prints the bytes it got and what cuMemGetInfo said first
+ *   vgpu-probe attack   a tenant against the node agent's reader: allocates on device 0 (so its
+ *                       region exists), replaces the region with a FIFO, says so, and waits for
+ *                       SIGTERM
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -356,6 +360,26 @@ static int run(void)
     return 0;
 }
 
+/* A tenant's attack on the agent's reader: its region becomes a FIFO, which a reader that opened
+ * it blocking would hang on for ever. */
+static int attack(void)
+{
+    signal(SIGTERM, on_term);
+    open_driver();
+    use_device(0);
+    CUdeviceptr p;
+    CUresult rc = cu.alloc(&p, 1 << 20);
+    const char *region = region_path();
+    int err = 0;
+    if (!region[0] || unlink(region) != 0 || mkfifo(region, 0666) != 0)
+        err = errno ? errno : ENOENT;
+    printf("probe attack fifo %s %s %s\n", region[0] ? region : "none", err ? strerrorname_np(err) : "ok", err_name(rc));
+    printf("probe done\n");
+    while (!stop)
+        pause();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -367,6 +391,8 @@ int main(int argc, char **argv)
         return hold(argc >= 3 ? strtoull(argv[2], NULL, 10) : 0);
     if (argc >= 2 && strcmp(argv[1], "fill") == 0)
         return fill();
-    fprintf(stderr, "usage: vgpu-probe run|report|hold [BYTES]|fill\n");
+    if (argc >= 2 && strcmp(argv[1], "attack") == 0)
+        return attack();
+    fprintf(stderr, "usage: vgpu-probe run|report|hold [BYTES]|fill|attack\n");
     return 2;
 }
