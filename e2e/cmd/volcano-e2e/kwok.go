@@ -1,86 +1,12 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/e2e/internal/scale"
 )
-
-// stages are kwok's Stage objects for the worker nodes: a node becomes Ready; a pod bound
-// to one starts Running at once and runs until deleted, except for the few containers of
-// Volcano's suites whose program ends by itself, which end as it would (see finishStages).
-const stages = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: vce2e-node-ready
-spec:
-  resourceRef: {apiGroup: v1, kind: Node}
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: NotIn
-      values: ['True']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - type: Ready
-        status: "True"
-        reason: KubeletReady
-        message: kwok node is ready
-        lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
-      phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: vce2e-pod-running
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: DoesNotExist
-    - key: '.status.phase'
-      operator: In
-      values: [Pending]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - type: Ready
-        status: "True"
-        lastTransitionTime: {{ $now | Quote }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name | Quote }}
-        image: {{ .image | Quote }}
-        ready: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: vce2e-pod-delete
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: Exists
-  next:
-    delete: true
-`
 
 // finish is a container program of Volcano's suites that ends by itself: where the
 // shell script sits in the pod (the Kubernetes Jobs' helpers put it in the command,
@@ -143,7 +69,9 @@ spec:
 // KwokStages is the stages file: the node and pod life cycle, and one stage per finish.
 func KwokStages() string {
 	var b strings.Builder
-	b.WriteString(stages)
+	// The shared life cycle (a pod Running until deleted), then how the few scripts of
+	// Volcano's suites that end by themselves end.
+	b.WriteString(scale.NodeReadyStage + "---\n" + scale.PodRunningStage + "---\n" + scale.PodDeleteStage)
 	for _, f := range finishes {
 		r := strings.NewReplacer("NAME", f.name, "KEY", f.key, "SCRIPT", f.script, "PHASE", f.phase, "REASON", f.reason,
 			"EXIT", strconv.Itoa(f.exitCode))
@@ -155,11 +83,5 @@ func KwokStages() string {
 // StartKwok writes the stages into runDir and runs kwok (logs/kwok.log) for the nodes
 // annotated as kwok's, with the flags make scale runs it with.
 func StartKwok(c *cluster.Cluster, bin, runDir string) error {
-	file := filepath.Join(runDir, "kwok-stages.yaml")
-	if err := os.WriteFile(file, []byte(KwokStages()), 0o644); err != nil {
-		return err
-	}
-	return c.StartAux("kwok", bin, "--kubeconfig="+c.Kubeconfig, "-c", file,
-		"--manage-nodes-with-annotation-selector="+kwokAnnotation+"="+kwokValue,
-		"--node-lease-duration-seconds=40", "--cidr=10.64.0.0/10", "--node-ip=10.0.0.1")
+	return scale.RunKwok(c, bin, runDir, KwokStages())
 }

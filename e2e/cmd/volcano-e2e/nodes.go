@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tessera-gpu/tessera/e2e/internal/scale"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,10 +20,6 @@ type NodeShape struct {
 	CPU, Memory resource.Quantity
 }
 
-// kwok's own annotation for the nodes it manages (make scale's kwok runs with this
-// selector).
-const kwokAnnotation, kwokValue = "kwok.x-k8s.io/node", "fake"
-
 // WorkerNode is worker i as Volcano's CI creates its kwok nodes (hack/run-e2e-kind.sh),
 // without the taint it puts on them: Volcano's suites size their jobs from the
 // allocatable CPU of the untainted nodes and skip tainted ones.
@@ -35,7 +32,7 @@ func WorkerNode(i int, shape NodeShape) *corev1.Node {
 			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
 				"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "kubernetes.io/role": "agent",
 				"node-role.kubernetes.io/agent": "", "type": "kwok"},
-			Annotations: map[string]string{kwokAnnotation: kwokValue, "node.alpha.kubernetes.io/ttl": "0"}},
+			Annotations: map[string]string{scale.KwokAnnotation: scale.KwokValue, "node.alpha.kubernetes.io/ttl": "0"}},
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res.DeepCopy(),
 			NodeInfo: corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux"}},
 	}

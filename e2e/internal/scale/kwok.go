@@ -12,14 +12,15 @@ import (
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 )
 
-// stages are kwok's Stage objects for the run: a node becomes Ready; a pod bound to
-// one of kwok's nodes starts Running at once and Succeeds after podLife; a deleted pod
-// goes. Node liveness is kwok's lease (--node-lease-duration-seconds), so kwok writes
-// no node status after the first.
-const stages = `apiVersion: kwok.x-k8s.io/v1alpha1
+// Stages of kwok shared by every harness that runs kwok's nodes: a node becomes Ready
+// (node liveness is then kwok's lease, --node-lease-duration-seconds, so kwok writes no
+// node status after the first); a pod bound to one starts Running at once; a deleted pod
+// goes. A harness adds how its pods end (stages below, or volcano-e2e's per script).
+const (
+	NodeReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: scale-node-ready
+  name: kwok-node-ready
 spec:
   resourceRef: {apiGroup: v1, kind: Node}
   selector:
@@ -38,11 +39,11 @@ spec:
         lastHeartbeatTime: {{ $now | Quote }}
         lastTransitionTime: {{ $now | Quote }}
       phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+`
+	PodRunningStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: scale-pod-running
+  name: kwok-pod-running
 spec:
   resourceRef: {apiGroup: v1, kind: Pod}
   selector:
@@ -71,8 +72,24 @@ spec:
       {{ end }}
       phase: Running
       startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+`
+	PodDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: kwok-pod-delete
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: Exists
+  next:
+    delete: true
+`
+)
+
+// podSucceededStage ends a Running pod after a delay (%d: milliseconds).
+const podSucceededStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: scale-pod-succeeded
@@ -107,20 +124,10 @@ spec:
             finishedAt: {{ $now | Quote }}
       {{ end }}
       phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: scale-pod-delete
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: Exists
-  next:
-    delete: true
 `
+
+// stages are make scale's: the shared life cycle, and every pod Succeeds after podLife.
+const stages = NodeReadyStage + "---\n" + PodRunningStage + "---\n" + podSucceededStage + "---\n" + PodDeleteStage
 
 // BuildKwok builds kwok from its own module (e2e/tools/kwok) into cacheDir unless it
 // is there already, and returns its path.
@@ -137,14 +144,19 @@ func BuildKwok(ctx context.Context, e2eDir, cacheDir string) (string, error) {
 	return out, nil
 }
 
-// StartKwok writes the stages and runs kwok for the nodes annotated as kwok's.
+// StartKwok writes make scale's stages and runs kwok for the nodes annotated as kwok's.
 func StartKwok(c *cluster.Cluster, bin, runDir string, podLife time.Duration) error {
+	return RunKwok(c, bin, runDir, strings.Replace(stages, "%d", fmt.Sprint(podLife.Milliseconds()), 1))
+}
+
+// RunKwok writes stagesYAML into runDir and runs kwok (logs/kwok.log) for the nodes
+// annotated as kwok's (KwokAnnotation).
+func RunKwok(c *cluster.Cluster, bin, runDir, stagesYAML string) error {
 	file := filepath.Join(runDir, "kwok-stages.yaml")
-	body := strings.Replace(stages, "%d", fmt.Sprint(podLife.Milliseconds()), 1)
-	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(stagesYAML), 0o644); err != nil {
 		return err
 	}
 	return c.StartAux("kwok", bin, "--kubeconfig="+c.Kubeconfig, "-c", file,
-		"--manage-nodes-with-annotation-selector="+kwokAnnotation+"="+kwokValue,
+		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"="+KwokValue,
 		"--node-lease-duration-seconds=40", "--cidr=10.64.0.0/10", "--node-ip=10.0.0.1")
 }

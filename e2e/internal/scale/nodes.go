@@ -27,10 +27,10 @@ const (
 	SharesPerCard = 10
 )
 
-// kwokAnnotation marks the nodes kwok manages (kwok's own key and value).
+// KwokAnnotation marks the nodes kwok manages (kwok's own key and value).
 const (
-	kwokAnnotation = "kwok.x-k8s.io/node"
-	kwokValue      = "fake"
+	KwokAnnotation = "kwok.x-k8s.io/node"
+	KwokValue      = "fake"
 	// NodePrefix names the simulated nodes: gpu-0000, gpu-0001, ...
 	NodePrefix = "gpu-"
 )
@@ -103,7 +103,7 @@ func Node(i int) (*corev1.Node, error) {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name,
 			Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok", "tessera.io/gpu-model": inv.Cards[0].Model},
-			Annotations: map[string]string{kwokAnnotation: kwokValue, api.AnnotationInventory: s,
+			Annotations: map[string]string{KwokAnnotation: KwokValue, api.AnnotationInventory: s,
 				api.VolcanoNodeRegister: r}},
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res.DeepCopy(),
 			NodeInfo: corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux"}},
