@@ -162,17 +162,11 @@ func Build(ctx context.Context, root, e2eDir, cacheDir string, progress io.Write
 			return nil, err
 		}
 	}
-	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
+	crds, err := volcanoCRDs(ctx, e2eDir)
 	if err != nil {
 		return nil, err
 	}
-	for _, group := range []string{"volcano", "jobflow"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", group, "bases", "*.yaml"))
-		b.CRDs = append(b.CRDs, files...)
-	}
-	if len(b.CRDs) == 0 {
-		return nil, fmt.Errorf("no CRDs under %s/config/crd", dir)
-	}
+	b.CRDs = crds
 	return b, nil
 }
 
@@ -236,4 +230,21 @@ func runWithProgress(ctx context.Context, w io.Writer, name, cold, dir string, e
 			fmt.Fprintf(w, "  %-30s still building (%s)\n", name, time.Since(start).Round(time.Second))
 		}
 	}
+}
+
+// volcanoCRDs are the CRD files of Volcano's module (its volcano and jobflow groups).
+func volcanoCRDs(ctx context.Context, e2eDir string) ([]string, error) {
+	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
+	if err != nil {
+		return nil, err
+	}
+	var crds []string
+	for _, group := range []string{"volcano", "jobflow"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", group, "bases", "*.yaml"))
+		crds = append(crds, files...)
+	}
+	if len(crds) == 0 {
+		return nil, fmt.Errorf("no CRDs under %s/config/crd", dir)
+	}
+	return crds, nil
 }

@@ -37,16 +37,10 @@ func BuildControlPlane(ctx context.Context, root, e2eDir, cacheDir string, progr
 	if err := runWithProgress(ctx, progress, "vc-scheduler", "~3 min", root, nil, "go", "build", "-o", b.Scheduler, "./cmd/vc-scheduler"); err != nil {
 		return nil, err
 	}
-	dir, err := moduleDir(ctx, e2eDir, "volcano.sh/volcano")
+	crds, err := volcanoCRDs(ctx, e2eDir)
 	if err != nil {
 		return nil, err
 	}
-	for _, group := range []string{"volcano", "jobflow"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", group, "bases", "*.yaml"))
-		b.CRDs = append(b.CRDs, files...)
-	}
-	if len(b.CRDs) == 0 {
-		return nil, fmt.Errorf("no CRDs under %s/config/crd", dir)
-	}
+	b.CRDs = crds
 	return b, nil
 }
