@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // AssignmentVersion is the version of PodAssignment this build writes and reads.
@@ -32,7 +33,15 @@ type CardAssignment struct {
 	MemoryMiB int64  `json:"memoryMiB"`
 	// Cores is the percentage of the card's SMs; 100 means the whole card.
 	Cores int `json:"cores"`
+	// MIG, when set, is the UUID of the MIG device ("MIG-...") on card UUID that the
+	// container gets whole: MemoryMiB is then that instance's memory and Cores is 100.
+	// An agent of an earlier release decodes assignments strictly and refuses one
+	// that carries it, rather than handing out the whole parent card.
+	MIG string `json:"mig,omitempty"`
 }
+
+// IsMIG reports whether the card assignment is a whole MIG instance.
+func (c CardAssignment) IsMIG() bool { return c.MIG != "" }
 
 // Container returns the named container's assignment, or nil.
 func (a *PodAssignment) Container(name string) *ContainerAssignment {
@@ -90,6 +99,7 @@ func (a *PodAssignment) Validate() error {
 		return fmt.Errorf("%w: %s.containers: empty", ErrInvalid, key)
 	}
 	names := make(map[string]bool, len(a.Containers))
+	seenMIG := map[string]bool{}
 	for i, c := range a.Containers {
 		field := fmt.Sprintf("%s.containers[%d]", key, i)
 		if c.Name == "" {
@@ -118,7 +128,32 @@ func (a *PodAssignment) Validate() error {
 			if card.Cores < 0 || card.Cores > 100 {
 				return fmt.Errorf("%w: %s.cores: %d is outside 0..100", ErrInvalid, cf, card.Cores)
 			}
+			if card.MIG != "" {
+				if err := validateMIGUUID(card.MIG); err != nil {
+					return fmt.Errorf("%w: %s.mig: %v", ErrInvalid, cf, err)
+				}
+				if card.Cores != 100 {
+					return fmt.Errorf("%w: %s.cores: %d, but a MIG instance is given whole (100)", ErrInvalid, cf, card.Cores)
+				}
+				if seenMIG[card.MIG] {
+					return fmt.Errorf("%w: %s.mig: %q given twice in one pod", ErrInvalid, cf, card.MIG)
+				}
+				seenMIG[card.MIG] = true
+			}
 		}
+	}
+	return nil
+}
+
+// validateMIGUUID checks a MIG device UUID as NVML reports it on current drivers:
+// "MIG-" followed by a UUID. The older "MIG-GPU-<uuid>/<gi>/<ci>" form is refused by
+// validateUUID's character rules.
+func validateMIGUUID(u string) error {
+	if err := validateUUID(u); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(u, "MIG-") || len(u) == len("MIG-") {
+		return fmt.Errorf("%q is not a MIG device UUID (MIG-...)", u)
 	}
 	return nil
 }

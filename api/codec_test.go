@@ -130,6 +130,31 @@ func TestAssignmentRoundTrip(t *testing.T) {
 	}
 }
 
+// A whole MIG instance travels as its parent card plus the instance's UUID; an
+// assignment without one encodes exactly as the previous release wrote it.
+func TestAMIGAssignmentRoundTripsAndPlainOnesKeepTheirShape(t *testing.T) {
+	in := sampleAssignment()
+	in.Containers[0].Cards = []CardAssignment{{UUID: "GPU-a", MemoryMiB: 40192, Cores: 100, MIG: "MIG-5c3a1d2e-0000-4000-8000-000000000001"}}
+	s, err := EncodeAssignment(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeAssignment(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) || !out.Containers[0].Cards[0].IsMIG() || out.Containers[1].Cards[0].IsMIG() {
+		t.Fatalf("round trip changed the MIG assignment:\n in %+v\nout %+v", in, out)
+	}
+	plain, err := EncodeAssignment(sampleAssignment())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain, "mig") {
+		t.Fatalf("an assignment without MIG names the field: %s", plain)
+	}
+}
+
 func TestAssignmentValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -142,6 +167,17 @@ func TestAssignmentValidation(t *testing.T) {
 		{"an unknown QoS is rejected", func(a *PodAssignment) { a.QoS = "gold" }, `"gold"`},
 		{"duplicate container names are rejected", func(a *PodAssignment) { a.Containers[1].Name = "trainer" }, "appears twice"},
 		{"zero memory is rejected", func(a *PodAssignment) { a.Containers[1].Cards[0].MemoryMiB = 0 }, "memoryMiB"},
+		{"a MIG instance shared by cores is rejected", func(a *PodAssignment) { a.Containers[0].Cards[0].MIG = "MIG-1" }, `cards[0].cores: 30, but a MIG instance is given whole`},
+		{"a MIG device that is a plain card UUID is rejected", func(a *PodAssignment) {
+			a.Containers[0].Cards[0].MIG, a.Containers[0].Cards[0].Cores = "GPU-b", 100
+		}, `cards[0].mig: "GPU-b" is not a MIG device UUID`},
+		{"an older driver's MIG-GPU-<uuid>/<gi>/<ci> form is rejected", func(a *PodAssignment) {
+			a.Containers[0].Cards[0].MIG, a.Containers[0].Cards[0].Cores = "MIG-GPU-a/1/0", 100
+		}, `cards[0].mig: "MIG-GPU-a/1/0" contains '/'`},
+		{"one MIG instance given to two containers is rejected", func(a *PodAssignment) {
+			a.Containers[0].Cards[0].MIG, a.Containers[0].Cards[0].Cores = "MIG-x", 100
+			a.Containers[1].Cards[0].MIG, a.Containers[1].Cards[0].Cores = "MIG-x", 100
+		}, `containers[1].cards[0].mig: "MIG-x" given twice in one pod`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := sampleAssignment()

@@ -90,6 +90,7 @@ func FuzzDecodeAssignment(f *testing.F) {
 	s, _ := EncodeAssignment(sampleAssignment())
 	f.Add(s)
 	f.Add(`{"version":"v1","node":"n","qos":"best-effort","containers":[]}`)
+	f.Add(`{"version":"v1","node":"n","qos":"burstable","containers":[{"name":"c","cards":[{"uuid":"GPU-a","memoryMiB":9856,"cores":100,"mig":"MIG-b"}]}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := DecodeAssignment(s)
 		if err != nil {
