@@ -167,6 +167,8 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
 	forceDeleteWhileStartingLeavesNothing(t, namespace)
 	aFIFORegionLeavesTheAgentServing(t, namespace, pods[0])
+	aTruncatedRegionFailsClosed(t, namespace, pods[0])
+	uninstallKeepsRunningContainers(t, namespace, pods[0])
 }
 
 // aFIFORegionLeavesTheAgentServing runs a tenant's attack on the node agent from inside a
@@ -176,12 +178,46 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 // other containers of the node exactly.
 func aFIFORegionLeavesTheAgentServing(t *testing.T, namespace string, neighbour corev1.Pod) {
 	t.Helper()
+	p, line := runAttacker(t, namespace, "attacker", "probe attack fifo ", "attack")
+	if !strings.Contains(line, " ok CUDA_SUCCESS") {
+		t.Fatalf("%s: %q; want its region replaced by a FIFO after an allocation", p.Name, line)
+	}
+	before, after := agentRefusesTheRegion(t, p, neighbour, "not_regular_file")
+	t.Logf("%s replaced its region with a FIFO; gpu-r1's agent kept answering, refused it (not_regular_file %v -> %v), and still reports %s",
+		p.Name, before, after, neighbour.Name)
+}
+
+// aTruncatedRegionFailsClosed runs a tenant's attack on its own container's accounting
+// from inside a real container: while one process holds memory, the region is cut to one
+// page, as a tenant would to wipe the counters behind it, and a second process starts.
+// The hook library refuses the cut region (the second process's cuInit fails: fail
+// closed, where rebuilding the region would have zeroed what the first one holds), and
+// the node agent counts the region as the wrong size, keeps answering and still reports
+// the node's other containers.
+func aTruncatedRegionFailsClosed(t *testing.T, namespace string, neighbour corev1.Pod) {
+	t.Helper()
+	p, line := runAttacker(t, namespace, "cutter", "probe attack truncate ", "attack", "truncate")
+	switch {
+	case !strings.Contains(line, " ok first[probe hold ") || !strings.Contains(line, " CUDA_SUCCESS] second["):
+		t.Fatalf("%s: %q; want the region cut to a page under a process that holds memory", p.Name, line)
+	case !strings.Contains(line, "second[probe error cuInit ") || strings.HasSuffix(line, " exit=0"):
+		t.Errorf("%s: %q; want the second process refused at cuInit: the library must not rebuild a cut region", p.Name, line)
+	}
+	before, after := agentRefusesTheRegion(t, p, neighbour, "size")
+	t.Logf("%s cut its region under a holder (%s); gpu-r1's agent kept answering, refused it (size %v -> %v), and still reports %s",
+		p.Name, line, before, after, neighbour.Name)
+}
+
+// runAttacker runs vgpu-probe with args as a one-container probe pod named name on gpu-r1
+// and returns the pod and the line of its log that begins with prefix.
+func runAttacker(t *testing.T, namespace, name, prefix string, args ...string) (corev1.Pod, string) {
+	t.Helper()
 	ctx := context.Background()
 	j := probeJob(namespace, "gpu-r1")
-	j.Name = "attacker"
+	j.Name = name
 	spec := &j.Spec.Tasks[0].Template.Spec
 	spec.Containers = spec.Containers[:1]
-	spec.Containers[0].Command = []string{cluster.ProbePath, "attack"}
+	spec.Containers[0].Command = append([]string{cluster.ProbePath}, args...)
 	submit(t, j)
 	ps, err := workload.WaitPods(ctx, cl.Client, namespace, j.Name, 2*time.Minute, workload.AllPhase(1, corev1.PodRunning))
 	if err != nil {
@@ -192,7 +228,7 @@ func aFIFORegionLeavesTheAgentServing(t *testing.T, namespace string, neighbour 
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		b, _ := os.ReadFile(probeLog(p, spec.Containers[0].Name, 0))
 		for _, l := range strings.Split(string(b), "\n") {
-			if i := strings.Index(l, "probe attack fifo "); i >= 0 {
+			if i := strings.Index(l, prefix); i >= 0 {
 				line = l[i:]
 			}
 		}
@@ -200,30 +236,36 @@ func aFIFORegionLeavesTheAgentServing(t *testing.T, namespace string, neighbour 
 	}); err != nil {
 		t.Fatalf("%s: the attacker never said what it did", p.Name)
 	}
-	if !strings.Contains(line, " ok CUDA_SUCCESS") {
-		t.Fatalf("%s: %q; want its region replaced by a FIFO after an allocation", p.Name, line)
-	}
-	errsBefore, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="not_regular_file"`)
-	for i := 0; i < 3; i++ { // every scrape answers: none waits on the FIFO
+	return p, line
+}
+
+// agentRefusesTheRegion checks gpu-r1's agent against the attacker p's region: three
+// scrapes in a row each answer within 5 s with the region unreadable, the refusals of
+// reason grow, and the neighbour's hook is still reported. It returns the refusals
+// before and after.
+func agentRefusesTheRegion(t *testing.T, p, neighbour corev1.Pod, reason string) (float64, float64) {
+	t.Helper()
+	ctx := context.Background()
+	errsBefore, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="`+reason+`"`)
+	for i := 0; i < 3; i++ { // every scrape answers: none waits on the region
 		start := time.Now()
 		readable, err := agentSeries(ctx, "gpu-r1", "tessera_container_region_readable{", `pod="`+p.Name+`"`)
 		if err != nil {
-			t.Fatalf("scrape %d of gpu-r1's agent with a FIFO for a region: %v", i+1, err)
+			t.Fatalf("scrape %d of gpu-r1's agent with %s's region refused (%s): %v", i+1, p.Name, reason, err)
 		}
 		if took := time.Since(start); took > 5*time.Second || len(readable) != 1 || sum(readable) != 0 {
-			t.Errorf("scrape %d: %s, the attacker's region readable %v; want an answer within 5 s and 0", i+1, took, readable)
+			t.Errorf("scrape %d: %s, %s's region readable %v; want an answer within 5 s and 0", i+1, took, p.Name, readable)
 		}
 	}
-	errsAfter, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="not_regular_file"`)
+	errsAfter, _ := agentSeries(ctx, "gpu-r1", "tessera_agent_region_read_errors_total{", `reason="`+reason+`"`)
 	if sum(errsAfter) <= sum(errsBefore) {
-		t.Errorf("not_regular_file refusals %v before, %v after: the FIFO was not counted", sum(errsBefore), sum(errsAfter))
+		t.Errorf("%s refusals %v before, %v after: %s's region was not counted", reason, sum(errsBefore), sum(errsAfter), p.Name)
 	}
 	hook, err := agentSeries(ctx, "gpu-r1", "tessera_container_hook_loaded{", `pod="`+neighbour.Name+`"`)
 	if err != nil || len(hook) == 0 || sum(hook) != float64(len(hook)) {
-		t.Errorf("the neighbour %s's hook metrics beside the attacker: %v (%v)", neighbour.Name, hook, err)
+		t.Errorf("the neighbour %s's hook metrics beside %s: %v (%v)", neighbour.Name, p.Name, hook, err)
 	}
-	t.Logf("%s replaced its region with a FIFO; gpu-r1's agent kept answering, refused it (not_regular_file %v -> %v), and still reports %s",
-		p.Name, sum(errsBefore), sum(errsAfter), neighbour.Name)
+	return sum(errsBefore), sum(errsAfter)
 }
 
 // forceDeleteWhileStartingLeavesNothing force-deletes probe pods (grace 0, as `kubectl

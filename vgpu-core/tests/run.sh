@@ -255,6 +255,13 @@ expect_log "volume: a region volume already full fails closed at once with ENOSP
   "cannot open shared region $VOL_REGION: No space left on device" \
   env REGION_VOLUME_SIZE=512k "$FIXED" "$d" bash -c 'head -c 400000 /dev/zero >/var/run/tessera-region/filler && exec "$@"' \
   full env "${STUBENV[@]}" LD_PRELOAD="$PRE" "$T/t_memory" region-fail
+d=$(agent_dir cut "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=$VOL_REGION}"); rm "$d/region"
+expect_log "volume: a region a tenant truncated is refused, not re-extended with its counters zeroed (fails closed)" \
+  "cannot open shared region $VOL_REGION: Protocol error" \
+  env REGION_VOLUME_SIZE=512k "$FIXED" "$d" bash -c '
+    "$@" EXPECT_LIMIT='"$GIB"' EXPECT_HOOKED=1 '"$T"'/t_memory edge >/dev/null || { echo "first process failed"; exit 1; }
+    truncate -s 4096 '"$VOL_REGION"' && exec "$@" '"$T"'/t_memory region-fail' \
+  cut env "${STUBENV[@]}" LD_PRELOAD="$PRE"
 d=$(agent_dir shm "${AGENT[@]/#TESSERA_SHARED_REGION=*/TESSERA_SHARED_REGION=/dev/shm/tessera-main.region}"); rm "$d/region"
 run "volume: without the volume the agent names /dev/shm; the region is created there and shared (3/4 + 3/4 refused)" \
   "$FIXED" "$d" env "${STUBENV[@]}" LD_PRELOAD="$PRE" EXPECT_LIMIT=$GIB "$T/t_escape" share

@@ -19,6 +19,11 @@
  *   vgpu-probe attack   a tenant against the node agent's reader: allocates on device 0 (so its
  *                       region exists), replaces the region with a FIFO, says so, and waits for
  *                       SIGTERM
+ *   vgpu-probe attack truncate
+ *                       a tenant against its own container's accounting: a child holds memory on
+ *                       device 0, the region is cut to one page (as if to wipe the counters after
+ *                       it), a second child tries to allocate; prints what that child got and
+ *                       waits for SIGTERM
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -380,6 +385,38 @@ static int attack(void)
     return 0;
 }
 
+/* Cuts the container's region under a process that holds memory, then starts another: the
+ * library must refuse the cut region (every call of the second child fails), not rebuild it with
+ * zeroed counters and let that child allocate past the container's cap. */
+static int attack_truncate(void)
+{
+    signal(SIGTERM, on_term);
+    int hold_in, hold_out, in, out;
+    pid_t h = spawn((char *[]){"vgpu-probe", "hold", NULL}, &hold_in, &hold_out);
+    char first[256], second[256];
+    ssize_t got = read(hold_out, first, sizeof first - 1);
+    first[got > 0 ? got : 0] = '\0';
+    first[strcspn(first, "\n")] = '\0';
+    const char *region = region_path();
+    int err = 0;
+    if (!region[0] || truncate(region, 4096) != 0)
+        err = errno ? errno : ENOENT;
+    pid_t s = spawn((char *[]){"vgpu-probe", "hold", NULL}, &in, &out);
+    close(in);
+    got = read(out, second, sizeof second - 1);
+    second[got > 0 ? got : 0] = '\0';
+    second[strcspn(second, "\n")] = '\0';
+    int src = wait_for(s);
+    printf("probe attack truncate %s %s first[%s] second[%s] exit=%d\n", region[0] ? region : "none",
+           err ? strerrorname_np(err) : "ok", first, second, src);
+    printf("probe done\n");
+    while (!stop)
+        pause();
+    (void)h;
+    (void)hold_in;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -391,8 +428,10 @@ int main(int argc, char **argv)
         return hold(argc >= 3 ? strtoull(argv[2], NULL, 10) : 0);
     if (argc >= 2 && strcmp(argv[1], "fill") == 0)
         return fill();
-    if (argc >= 2 && strcmp(argv[1], "attack") == 0)
+    if (argc >= 3 && strcmp(argv[1], "attack") == 0 && strcmp(argv[2], "truncate") == 0)
+        return attack_truncate();
+    if (argc == 2 && strcmp(argv[1], "attack") == 0)
         return attack();
-    fprintf(stderr, "usage: vgpu-probe run|report|hold [BYTES]|fill|attack\n");
+    fprintf(stderr, "usage: vgpu-probe run|report|hold [BYTES]|fill|attack [truncate]\n");
     return 2;
 }

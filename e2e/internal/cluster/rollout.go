@@ -92,5 +92,16 @@ func (c *Cluster) StopAgents() {
 	wg.Wait()
 }
 
+// StopAgent stops the node's agent as the kubelet stops its pod: SIGTERM, then the
+// grace period. StartAgent starts it again.
+func (c *Cluster) StopAgent(name string) {
+	c.mu.Lock()
+	p := c.agents[name]
+	c.mu.Unlock()
+	if p != nil {
+		p.stop(podGrace)
+	}
+}
+
 // StateDir is the node agent's state directory (ld.so.preload, per-container directories).
 func (c *Cluster) StateDir(node string) string { return filepath.Join(c.NodeDir(node), "state") }

@@ -117,6 +117,17 @@ static struct region *region_map(int fd, const char *path, bool create)
         errno = EPROTO;
         return NULL;
     }
+    if (size > 0 && size < (off_t)sizeof *r) {
+        /*
+         * Only an empty file is new (flock above serialises its creation). A shorter one was cut by
+         * someone in the container: extending it again would bring back zeros where the other
+         * processes' counters were, and let the next process allocate past the container's cap.
+         */
+        TLOG(TLOG_ERROR, "shared region %s has %lld bytes, this library needs %zu: it was truncated; "
+             "refusing it rather than re-creating its counters", path, (long long)size, sizeof *r);
+        errno = EPROTO;
+        return NULL;
+    }
     if (size < (off_t)sizeof *r) {
         /*
          * Allocate every page now: on a tmpfs of bounded size (the pod's region volume, /dev/shm) a
