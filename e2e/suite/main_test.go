@@ -98,7 +98,10 @@ func run(m *testing.M) int {
 			// after its last fatal event, within its scenario.
 			"--health-check-interval=2s", "--health-recover-after=" + recoverAfter.String()},
 		// The scheduler and the agents run under the chart's own service accounts and RBAC.
-		ChartDir: chartDir, Progress: os.Stdout})
+		ChartDir: chartDir, Progress: os.Stdout,
+		// The alpha gates of Tessera's DRA path, on the whole control plane and every kubelet
+		// (dra_test.go); device-plugin nodes do not depend on them.
+		FeatureGates: cluster.DRAGates()})
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -47,6 +47,9 @@ type Node struct {
 	// Runtime is "" for the in-memory runtime (fakecri), RuntimeContainerd for real
 	// containers (runtime.go).
 	Runtime string
+	// CardAPI is the agent's cardAPI: "" or "device-plugin" for vGPU slots, CardAPIDRA for
+	// the DRA driver (dra.go).
+	CardAPI string
 }
 
 // Options configure a cluster.
@@ -65,6 +68,9 @@ type Options struct {
 	SchedulerCgroup *MemoryCgroup
 	// AgentArgs are extra vgpu-device-plugin flags for every node (e.g. --heartbeat-interval=5s).
 	AgentArgs []string
+	// FeatureGates are Kubernetes feature gates set alike on the API server,
+	// kube-controller-manager, every kubelet and vc-scheduler (e.g. the DRA alpha gates).
+	FeatureGates map[string]bool
 	// ChartDir, when set, is the chart whose service accounts and RBAC the scheduler and
 	// the agents run under (identity.go); empty: they act as the admin (HarnessUser).
 	ChartDir string
@@ -296,14 +302,14 @@ func (c *Cluster) startAPIServer(ctx context.Context, etcdURL string) error {
 	if err != nil {
 		return err
 	}
-	p, err := startProc(c.logDir, "kube-apiserver", c.Opts.Bin.APIServer,
-		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(dir, "certs"), "--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+	args := append([]string{"--etcd-servers=" + etcdURL, "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, "certs"), "--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NamespaceLifecycle",
-		"--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false")
+		"--disable-admission-plugins=ServiceAccount", "--enable-priority-and-fairness=false"}, c.apiServerGateArgs()...)
+	p, err := startProc(c.logDir, "kube-apiserver", c.Opts.Bin.APIServer, args...)
 	if err != nil {
 		return err
 	}
@@ -458,6 +464,9 @@ func (c *Cluster) StartScheduler(ctx context.Context) error {
 		fmt.Sprintf("--tessera-metrics-auth-address=127.0.0.1:%d", gp))
 	// Every assignment is signed and every agent verifies, as the chart runs them.
 	args = append(args, "--tessera-signing-secret="+SigningSecret, "--tessera-signing-keys-configmap="+AssignmentKeys)
+	if g := c.featureGatesFlag(); g != "" {
+		args = append(args, g)
+	}
 	args = append(args, c.Opts.SchedulerArgs...)
 	p, err := startProc(c.logDir, "vc-scheduler", prog, args...)
 	if err != nil {

@@ -21,12 +21,12 @@ func (c *Cluster) startKubeControllerManager(ctx context.Context) error {
 		return err
 	}
 	dir := filepath.Join(c.Opts.RunDir, "apiserver")
-	p, err := startProc(c.logDir, "kube-controller-manager", c.Opts.Bin.ControllerManager,
-		"--kubeconfig="+c.Kubeconfig, "--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(c.Opts.RunDir, "controller-manager"),
-		"--service-account-private-key-file="+filepath.Join(dir, "sa.key"), "--use-service-account-credentials=false",
-		"--node-monitor-period=1s")
+	args := append([]string{"--kubeconfig=" + c.Kubeconfig, "--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port), "--cert-dir=" + filepath.Join(c.Opts.RunDir, "controller-manager"),
+		"--service-account-private-key-file=" + filepath.Join(dir, "sa.key"), "--use-service-account-credentials=false",
+		"--node-monitor-period=1s"}, c.kcmGateArgs()...)
+	p, err := startProc(c.logDir, "kube-controller-manager", c.Opts.Bin.ControllerManager, args...)
 	if err != nil {
 		return err
 	}

@@ -214,7 +214,7 @@ nodeStatusReportFrequency: 5m
 # which the no-op pod container manager returns as nil (TestFaultForceDeleteWhilePodsStart).
 featureGates:
   InPlacePodVerticalScaling: false
-`, port, healthz, endpoint, filepath.Join(dir, "pod-logs"), cgroups) + n.KubeletConfig
+%s`, port, healthz, endpoint, filepath.Join(dir, "pod-logs"), cgroups, c.kubeletGates()) + n.KubeletConfig
 	return os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(conf), 0o644)
 }
 
@@ -410,6 +410,9 @@ func (c *Cluster) StartAgent(ctx context.Context, name string, extra ...string) 
 	if n.Machine != "dgxa100" { // go-nvml's DGX A100 mock sends no events
 		args = append(args, "--fault-dir="+filepath.Join(dir, "faults"))
 	}
+	if n.CardAPI == CardAPIDRA {
+		args = append(args, c.draAgentArgs(name)...)
+	}
 	if n.Runtime == RuntimeContainerd {
 		// Cards a real process can use through the stub driver (toolkit.go in the fake agent).
 		c.mu.Lock()
@@ -496,6 +499,9 @@ func (c *Cluster) KillAgent(name string) {
 // lifecycle controller removes the not-ready taint), advertises slots and carries the
 // agent's inventory.
 func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	if n, ok := c.node(name); ok && n.CardAPI == CardAPIDRA {
+		return c.waitDRANodeReady(ctx, name, timeout)
+	}
 	return waitFor(ctx, "node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

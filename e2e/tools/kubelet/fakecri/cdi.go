@@ -44,13 +44,22 @@ type cdiEdits struct {
 }
 
 // resolveCDI returns the edits for the named devices, in order: each spec's common
-// edits once, then each device's.
+// edits once, then each device's. As in the CDI library's cache, the files of one kind
+// add up (a driver may write one spec per claim), a device a later directory defines
+// replaces an earlier directory's, and one defined twice within a directory is a
+// conflict that leaves it unresolvable.
 func resolveCDI(dirs, names []string) ([]cdiEdits, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	specs := map[string]*cdiSpec{} // kind -> spec; later directories win, as in the CDI cache
-	for _, dir := range dirs {
+	type found struct {
+		spec     *cdiSpec
+		file     string
+		dir, dev int
+	}
+	devices := map[string]found{} // kind=name -> where it is defined
+	conflicts := map[string][]string{}
+	for di, dir := range dirs {
 		files, _ := filepath.Glob(filepath.Join(dir, "*"))
 		sort.Strings(files)
 		for _, f := range files {
@@ -65,28 +74,33 @@ func resolveCDI(dirs, names []string) ([]cdiEdits, error) {
 			if err := yaml.Unmarshal(b, s); err != nil {
 				return nil, fmt.Errorf("CDI spec %s: %w", f, err)
 			}
-			specs[s.Kind] = s
+			for i, d := range s.Devices {
+				name := s.Kind + "=" + d.Name
+				if prev, ok := devices[name]; ok && prev.dir == di {
+					conflicts[name] = append(conflicts[name], prev.file, f)
+					continue
+				}
+				devices[name] = found{spec: s, file: f, dir: di, dev: i}
+			}
 		}
 	}
 	var out []cdiEdits
 	var missing []string
-	common := map[string]bool{}
+	common := map[string]bool{} // spec files whose common edits are in out
 	for _, name := range names {
-		kind, dev, _ := strings.Cut(name, "=")
-		s := specs[kind]
-		i := -1
-		if s != nil {
-			i = slices.IndexFunc(s.Devices, func(d cdiDevice) bool { return d.Name == dev })
+		if files, ok := conflicts[name]; ok {
+			return nil, fmt.Errorf("failed to inject CDI devices: %s is defined by more than one spec (%s)", name, strings.Join(files, ", "))
 		}
-		if i < 0 {
+		d, ok := devices[name]
+		if !ok {
 			missing = append(missing, name)
 			continue
 		}
-		if s.ContainerEdits != nil && !common[kind] {
-			common[kind] = true
-			out = append(out, *s.ContainerEdits)
+		if d.spec.ContainerEdits != nil && !common[d.file] {
+			common[d.file] = true
+			out = append(out, *d.spec.ContainerEdits)
 		}
-		out = append(out, s.Devices[i].ContainerEdits)
+		out = append(out, d.spec.Devices[d.dev].ContainerEdits)
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("failed to inject CDI devices: unresolvable CDI devices %s", strings.Join(missing, ", "))

@@ -85,3 +85,51 @@ func TestCDIDevicesAreResolvedOrRefused(t *testing.T) {
 		t.Errorf("a refused container was recorded: %v", err)
 	}
 }
+
+// A DRA driver writes one spec per claim, all of one kind: their devices add up, as in
+// the CDI library's cache; a device two files of one directory define is refused.
+func TestCDISpecsOfOneKindAddUpAndConflictsAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	claim := func(uid, env string) string {
+		return "cdiVersion: 0.6.0\nkind: vgpu.tessera.io/claim\ncontainerEdits:\n  env: [" + env + "]\n" +
+			"devices:\n- name: " + uid + "-card-0\n  containerEdits: {env: [CARD_OF_" + uid + "=0]}\n"
+	}
+	for name, body := range map[string]string{
+		"vgpu.tessera.io-claim_u1.yaml": claim("u1", "LIMIT=1"),
+		"vgpu.tessera.io-claim_u2.yaml": claim("u2", "LIMIT=2"),
+		"vgpu.tessera.io-claim_x1.yaml": claim("dup", "LIMIT=3"),
+		"vgpu.tessera.io-claim_x2.yaml": claim("dup", "LIMIT=4"),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ dev, want string }{
+		{"vgpu.tessera.io/claim=u1-card-0", "LIMIT=1 CARD_OF_u1=0"},
+		{"vgpu.tessera.io/claim=u2-card-0", "LIMIT=2 CARD_OF_u2=0"},
+	} {
+		edits, err := resolveCDI([]string{dir}, []string{c.dev})
+		if err != nil {
+			t.Fatalf("%s: %v", c.dev, err)
+		}
+		var env []string
+		for _, e := range edits {
+			env = append(env, e.Env...)
+		}
+		if strings.Join(env, " ") != c.want {
+			t.Errorf("%s: env %v, want %s (its own spec's common and device edits)", c.dev, env, c.want)
+		}
+	}
+	if _, err := resolveCDI([]string{dir}, []string{"vgpu.tessera.io/claim=dup-card-0"}); err == nil ||
+		!strings.Contains(err.Error(), "defined by more than one spec") {
+		t.Errorf("a device defined twice in one directory: %v, want a conflict", err)
+	}
+	later := t.TempDir()
+	if err := os.WriteFile(filepath.Join(later, "override.yaml"), []byte(claim("u1", "LIMIT=9")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	edits, err := resolveCDI([]string{dir, later}, []string{"vgpu.tessera.io/claim=u1-card-0"})
+	if err != nil || len(edits) != 2 || edits[0].Env[0] != "LIMIT=9" {
+		t.Errorf("a later directory's definition: %+v %v, want it to replace the earlier one", edits, err)
+	}
+}

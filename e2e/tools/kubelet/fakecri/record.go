@@ -75,10 +75,15 @@ func newRecord(id, node string, req *runtimeapi.CreateContainerRequest) *Record 
 	for _, d := range c.GetCDIDevices() {
 		r.CDIDevices = append(r.CDIDevices, d.GetName())
 	}
+	return r
+}
+
+// readLimitsFile reads the file TESSERA_LIMITS_FILE names through the container's mounts,
+// after the CDI edits (a DRA driver's spec brings both the variable and the mount).
+func (r *Record) readLimitsFile() {
 	if p, ok := r.Env[limitsFileEnv]; ok {
 		r.LimitsFile = readKeyValues(hostPath(p, r.Mounts))
 	}
-	return r
 }
 
 // write stores the record as <namespace>_<pod>_<uid>_<container>.json; a later attempt

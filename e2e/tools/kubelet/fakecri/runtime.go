@@ -93,6 +93,7 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	}
 	rec := newRecord(id, r.node, req)
 	rec.apply(edits)
+	rec.readLimitsFile()
 	if err := rec.write(r.recordDir); err != nil {
 		klog.ErrorS(err, "Cannot record the container", "container", id)
 	}

@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/tessera-gpu/tessera/api"
+)
+
+// A DRA node (Node.CardAPI CardAPIDRA) runs the agent with cardAPI dra: no device plugin,
+// the DRA driver vgpu.tessera.io instead, its sockets in the kubelet's own plugin
+// directories under the node's kubelet root (kubelet/plugins, kubelet/plugins_registry).
+
+// CardAPIDRA is Node.CardAPI for a node whose agent serves its cards as DRA devices.
+const CardAPIDRA = api.CardAPIDRA
+
+// DRADriver is the agent's DRA driver name, the driver of its ResourceSlices and the
+// DeviceClass the chart installs.
+const DRADriver = "vgpu.tessera.io"
+
+// DRAGates are the alpha gates a Kubernetes 1.34 cluster needs for Tessera's DRA path
+// (docs/dra.md, "Feature gates").
+func DRAGates() map[string]bool {
+	return map[string]bool{"DRAConsumableCapacity": true, "DRADeviceTaints": true}
+}
+
+func (c *Cluster) sortedGates() []string {
+	var out []string
+	for k, v := range c.Opts.FeatureGates {
+		out = append(out, fmt.Sprintf("%s=%t", k, v))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// featureGatesFlag is --feature-gates for the control plane's binaries ("" for none).
+func (c *Cluster) featureGatesFlag() string {
+	g := c.sortedGates()
+	if len(g) == 0 {
+		return ""
+	}
+	return "--feature-gates=" + strings.Join(g, ",")
+}
+
+// apiServerGateArgs are the API server's gate flags; with DRADeviceTaints it also serves
+// the alpha API of DeviceTaintRules, which Volcano's cache then watches.
+func (c *Cluster) apiServerGateArgs() []string {
+	f := c.featureGatesFlag()
+	if f == "" {
+		return nil
+	}
+	args := []string{f}
+	if c.Opts.FeatureGates["DRADeviceTaints"] {
+		args = append(args, "--runtime-config=resource.k8s.io/v1alpha3=true")
+	}
+	return args
+}
+
+// kcmGateArgs are kube-controller-manager's gate flags.
+func (c *Cluster) kcmGateArgs() []string {
+	if f := c.featureGatesFlag(); f != "" {
+		return []string{f}
+	}
+	return nil
+}
+
+// kubeletGates are the feature gates' lines under the KubeletConfiguration's featureGates.
+func (c *Cluster) kubeletGates() string {
+	var b strings.Builder
+	for _, g := range c.sortedGates() {
+		k, v, _ := strings.Cut(g, "=")
+		fmt.Fprintf(&b, "  %s: %s\n", k, v)
+	}
+	return b.String()
+}
+
+// draAgentArgs are the agent's flags on a DRA node: the kubelet's plugin directories.
+func (c *Cluster) draAgentArgs(node string) []string {
+	root := filepath.Join(c.NodeDir(node), "kubelet")
+	return []string{"--card-api=" + CardAPIDRA, "--dra-plugin-dir=" + filepath.Join(root, "plugins"),
+		"--dra-registration-dir=" + filepath.Join(root, "plugins_registry")}
+}
+
+// waitDRANodeReady waits until a DRA node is Ready and untainted, carries the agent's
+// inventory with card-api dra, and has its ResourceSlice with every card as a device.
+func (c *Cluster) waitDRANodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	return waitFor(ctx, "DRA node "+name+" ready", timeout, nil, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		inv := n.Annotations[api.AnnotationInventory]
+		if !ready(n) || inv == "" || n.Annotations[api.AnnotationCardAPI] != CardAPIDRA || len(n.Spec.Taints) > 0 {
+			return false, fmt.Errorf("ready %t, inventory %t, card-api %q, taints %v", ready(n), inv != "",
+				n.Annotations[api.AnnotationCardAPI], n.Spec.Taints)
+		}
+		decoded, err := api.DecodeInventory(inv)
+		if err != nil {
+			return false, err
+		}
+		devices, err := c.DRADevices(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		if len(devices) != len(decoded.Cards) {
+			return false, fmt.Errorf("ResourceSlice devices %d, inventory cards %d", len(devices), len(decoded.Cards))
+		}
+		return true, nil
+	})
+}
+
+// DRADevices lists the devices of the node's ResourceSlices of Tessera's driver.
+func (c *Cluster) DRADevices(ctx context.Context, node string) ([]resourcev1.Device, error) {
+	slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + DRADriver})
+	if err != nil {
+		return nil, err
+	}
+	var out []resourcev1.Device
+	for _, s := range slices.Items {
+		out = append(out, s.Spec.Devices...)
+	}
+	return out, nil
+}
+
+// EnableDRA gives the harness's accounts what the chart gives them for DRA, rendered with
+// cardAPI dra and schedulerConf (whose predicates turn on
+// predicate.DynamicResourceAllocationEnable): the agents may publish ResourceSlices and read
+// claims, the scheduler may allocate claims. It installs the chart's DeviceClass too. The
+// returned function puts the harness's RBAC back and deletes the DeviceClass.
+func (c *Cluster) EnableDRA(ctx context.Context, schedulerConf string) (func() error, error) {
+	if c.Opts.ChartDir == "" {
+		return nil, errors.New("EnableDRA needs the chart (Options.ChartDir)")
+	}
+	render := func(args ...string) ([]map[string]any, error) {
+		out, err := c.helmTemplate(ctx, c.Opts.ChartDir, args...)
+		if err != nil {
+			return nil, err
+		}
+		var objs []map[string]any
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+		for {
+			var raw map[string]any
+			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+				return objs, nil
+			} else if err != nil {
+				return nil, err
+			}
+			if raw != nil {
+				objs = append(objs, raw)
+			}
+		}
+	}
+	dra, err := render("--show-only", "templates/rbac.yaml", "--show-only", "templates/deviceclass.yaml",
+		"--set", "devicePlugin.config.cardAPI=dra", "--set-file", "scheduler.conf.override="+schedulerConf)
+	if err != nil {
+		return nil, err
+	}
+	before := []string{"--show-only", "templates/rbac.yaml"}
+	if c.Opts.SchedulerConf != "" {
+		before = append(before, "--set-file", "scheduler.conf.override="+c.Opts.SchedulerConf)
+	}
+	harness, err := render(before...)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range dra {
+		if err := c.applyObject(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	return func() error {
+		for _, o := range harness {
+			if err := c.applyObject(ctx, o); err != nil {
+				return err
+			}
+		}
+		err := c.Client.ResourceV1().DeviceClasses().Delete(context.Background(), DRADriver, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		return err
+	}, nil
+}
+
+// applyObject creates or replaces one of the cluster-wide RBAC objects or the DeviceClass
+// the chart renders; other kinds are created as createObject does.
+func (c *Cluster) applyObject(ctx context.Context, raw map[string]any) error {
+	doc, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	kind, _ := raw["kind"].(string)
+	switch kind {
+	case "ClusterRole":
+		var o rbacv1.ClusterRole
+		if err := json.Unmarshal(doc, &o); err != nil {
+			return err
+		}
+		cur, err := c.Client.RbacV1().ClusterRoles().Get(ctx, o.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = c.Client.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+			return err
+		} else if err != nil {
+			return err
+		}
+		cur.Rules = o.Rules
+		_, err = c.Client.RbacV1().ClusterRoles().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	case "Role":
+		var o rbacv1.Role
+		if err := json.Unmarshal(doc, &o); err != nil {
+			return err
+		}
+		cur, err := c.Client.RbacV1().Roles(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = c.Client.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			return err
+		} else if err != nil {
+			return err
+		}
+		cur.Rules = o.Rules
+		_, err = c.Client.RbacV1().Roles(o.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	case "DeviceClass":
+		var o resourcev1.DeviceClass
+		if err := json.Unmarshal(doc, &o); err != nil {
+			return err
+		}
+		_, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, &o, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+		return err
+	}
+	err = c.createObject(ctx, raw)
+	if apierrors.IsAlreadyExists(errors.Unwrap(err)) {
+		return nil
+	}
+	return err
+}
