@@ -83,6 +83,10 @@ const (
 	AnnotationNUMABind = Prefix + "numa-bind"
 	// AnnotationQoS selects the service class: best-effort, fixed-share or burst-share.
 	AnnotationQoS = Prefix + "qos"
+	// AnnotationMIGProfile asks for whole MIG instances of one profile, named as in
+	// AnnotationMIGInstances (e.g. "3g.40gb"): each vGPU container gets its
+	// volcano.sh/vgpu-number instances of that profile instead of shares of cards.
+	AnnotationMIGProfile = Prefix + "mig-profile"
 )
 
 // Annotations of Volcano's deviceshare and the HAMi volcano device plugin, read (and

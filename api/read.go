@@ -81,6 +81,10 @@ type Decoders struct {
 	badReserves decodeCache[struct{}]
 	// badCordons does the same for a cordon annotation the scheduler cannot read.
 	badCordons decodeCache[struct{}]
+	// migs holds decoded AnnotationMIGInstances values; badMIGs the malformed ones
+	// already logged, per node.
+	migs    decodeCache[*NodeMIGInstances]
+	badMIGs decodeCache[struct{}]
 }
 
 // Sweep forgets every annotation not read since the previous Sweep (pods gone, nodes
@@ -95,6 +99,8 @@ func (d *Decoders) Sweep() {
 	d.badReserves.sweep()
 	d.cordons.sweep()
 	d.badCordons.sweep()
+	d.migs.sweep()
+	d.badMIGs.sweep()
 	d.assignments.sweep()
 	d.volcanoCards.sweep()
 	d.registrations.sweep()
@@ -112,7 +118,9 @@ func cached[T any](d *Decoders, c func(*Decoders) *decodeCache[T], s string, dec
 // inventory first (refused when its heartbeat is older than heartbeatTimeout), with
 // each card's context reserve from AnnotationContextReserve, then the HAMi volcano
 // device plugin's registration; either with each card's cordon from
-// AnnotationCordonedCards. It returns nil, nil for a node without vGPU cards,
+// AnnotationCordonedCards. Tessera's inventory also gets each MIG-mode card's
+// instances from AnnotationMIGInstances (MIGLayoutError says why a card in MIG mode
+// has none). It returns nil, nil for a node without vGPU cards,
 // and an error a user can act on when the annotations are unusable. The CLI's explain
 // and nodes commands call it so that they see what the scheduler sees.
 func ReadNodeInventory(node *corev1.Node, now time.Time, heartbeatTimeout time.Duration) (*NodeInventory, error) {
@@ -140,12 +148,16 @@ func (d *Decoders) NodeInventory(node *corev1.Node, now time.Time, heartbeatTime
 			return nil, err
 		}
 		r := d.contextReserve(node)
-		if r == nil && cordons == nil {
+		mig := d.migInstances(node)
+		if r == nil && cordons == nil && mig == nil {
 			return inv, nil
 		}
-		key := s + "\x00" + node.Annotations[AnnotationContextReserve] + "\x00" + node.Annotations[AnnotationCordonedCards]
+		key := s + "\x00" + node.Annotations[AnnotationContextReserve] + "\x00" + node.Annotations[AnnotationCordonedCards] +
+			"\x00" + node.Annotations[AnnotationMIGInstances]
 		return cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.withReserves }, key,
-			func(string) (*NodeInventory, error) { return inv.WithContextReserve(r).WithCordons(cordons), nil })
+			func(string) (*NodeInventory, error) {
+				return inv.WithContextReserve(r).WithCordons(cordons).WithMIGInstances(mig), nil
+			})
 	}
 	if s, ok := node.Annotations[VolcanoNodeRegister]; ok {
 		inv, err := cached(d, func(d *Decoders) *decodeCache[*NodeInventory] { return &d.registrations }, s, func(s string) (*NodeInventory, error) {
@@ -188,6 +200,42 @@ func (d *Decoders) contextReserve(node *corev1.Node) *NodeContextReserve {
 		return struct{}{}, nil
 	})
 	return nil
+}
+
+// migInstances reads the node's AnnotationMIGInstances; nil when it is absent or
+// malformed. A malformed one is logged (once per node and value) and leaves every
+// card in MIG mode without a layout: no MIG instance of the node is handed out until
+// it is fixed (MIGLayoutError gives the reason placement reports), while its other
+// cards take tasks as before.
+func (d *Decoders) migInstances(node *corev1.Node) *NodeMIGInstances {
+	s, ok := node.Annotations[AnnotationMIGInstances]
+	if !ok {
+		return nil
+	}
+	m, err := cached(d, func(d *Decoders) *decodeCache[*NodeMIGInstances] { return &d.migs }, s, DecodeMIGInstances)
+	if err == nil {
+		return m
+	}
+	if d != nil {
+		_, _ = d.badMIGs.get(node.Name+"\n"+s, func(string) (struct{}, error) {
+			klog.ErrorS(err, "Node's MIG layout annotation is unreadable; none of its MIG instances takes a task until it is fixed",
+				"node", node.Name, "annotation", AnnotationMIGInstances)
+			return struct{}{}, nil
+		})
+	}
+	return nil
+}
+
+// MIGLayoutError says why the node's cards in MIG mode have no layout to place on:
+// AnnotationMIGInstances is absent, or this build cannot read it (the decoder's error,
+// which names the annotation). nil when the annotation reads.
+func MIGLayoutError(node *corev1.Node) error {
+	s, ok := node.Annotations[AnnotationMIGInstances]
+	if !ok {
+		return fmt.Errorf("annotation %s is absent: the node agent has not published the MIG layout", AnnotationMIGInstances)
+	}
+	_, err := DecodeMIGInstances(s)
+	return err
 }
 
 // cordonsOf reads the node's AnnotationCordonedCards; nil when it is absent. One this

@@ -32,6 +32,10 @@ type ContainerRequest struct {
 	MemoryPercent int
 	// Cores is the percentage of each card's SMs, 0..100; 100 asks for whole cards.
 	Cores int
+	// MIGProfile, when set, asks for Cards whole MIG instances of this profile (the
+	// pod's AnnotationMIGProfile); MemoryPercent and Cores are then 100: the
+	// container gets each instance's memory and all its SMs.
+	MIGProfile string
 }
 
 // Exclusive reports whether the container wants whole cards to itself.
@@ -61,10 +65,19 @@ func (n ResourceNames) HasVGPURequest(pod *corev1.Pod) bool {
 // whole card's memory.
 // Init containers with vGPU requests are rejected: their cards would have to be
 // freed before the app containers start, which the contract does not model.
+// A pod with AnnotationMIGProfile asks for whole MIG instances: its containers name
+// only the count (ResourceNumber); memory and cores are refused, since an instance is
+// given whole.
 func (n ResourceNames) ContainerRequests(pod *corev1.Pod) ([]ContainerRequest, error) {
 	for _, c := range pod.Spec.InitContainers {
 		if n.containerHas(&c) {
 			return nil, fmt.Errorf("%w: init container %q requests vGPU resources; only app containers may", ErrInvalid, c.Name)
+		}
+	}
+	profile, mig := pod.Annotations[AnnotationMIGProfile]
+	if mig {
+		if err := parseMIGProfile(profile); err != nil {
+			return nil, err
 		}
 	}
 	var out []ContainerRequest
@@ -76,6 +89,11 @@ func (n ResourceNames) ContainerRequests(pod *corev1.Pod) ([]ContainerRequest, e
 		r, err := n.containerRequest(c)
 		if err != nil {
 			return nil, err
+		}
+		if mig {
+			if r, err = n.migRequest(c, r, profile); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, r)
 	}
@@ -151,6 +169,36 @@ func (n ResourceNames) containerRequest(c *corev1.Container) (ContainerRequest, 
 	return r, nil
 }
 
+// migRequest turns a container's request into one for whole MIG instances of
+// profile: the count stays, and memory or cores written beside it are refused rather
+// than ignored (an instance's memory and SMs are fixed by its profile).
+func (n ResourceNames) migRequest(c *corev1.Container, r ContainerRequest, profile string) (ContainerRequest, error) {
+	for _, name := range []corev1.ResourceName{n.Memory, n.MemoryPercentage, n.Cores} {
+		if q, has := quantity(c, name); has {
+			return r, fmt.Errorf("%w: container %q sets %s to %d, but annotation %s asks for whole MIG instances of %s: remove %s",
+				ErrInvalid, c.Name, name, q, AnnotationMIGProfile, profile, name)
+		}
+	}
+	r.MemoryMiB, r.MemoryPercent, r.Cores, r.MIGProfile = 0, 100, 100, profile
+	return r, nil
+}
+
+// parseMIGProfile checks the value of AnnotationMIGProfile: a profile name as
+// nvidia-smi writes it, exactly as the node's AnnotationMIGInstances lists it.
+func parseMIGProfile(v string) error {
+	if len(v) > maxMIGProfileBytes {
+		return fmt.Errorf("%w: annotation %s: %q is %d bytes, not a MIG profile name like 3g.40gb", ErrInvalid, AnnotationMIGProfile, clip(v), len(v))
+	}
+	if err := ValidateMIGProfileName(v); err != nil {
+		return fmt.Errorf("%w: annotation %s: %v", ErrInvalid, AnnotationMIGProfile, err)
+	}
+	return nil
+}
+
+// maxMIGProfileBytes bounds a profile name: "<compute>g.<GB>gb" with four digits each
+// and a 12-byte media-engine suffix is 25 bytes.
+const maxMIGProfileBytes = 32
+
 // PodOptions are the user's per-pod choices, read from annotations.
 type PodOptions struct {
 	// TypeInclude and TypeExclude are model substrings, matched ignoring case;
@@ -165,6 +213,9 @@ type PodOptions struct {
 	// Weights are the pod's weights of the terms that rank nodes and cards; the zero
 	// value (no annotation) leaves the plugin's.
 	Weights ScoreWeights
+	// MIGProfile, when set, asks for whole MIG instances of this profile
+	// (AnnotationMIGProfile) on cards in MIG mode, instead of shares of cards.
+	MIGProfile string
 }
 
 // The most a card filter annotation (tessera.io/gpu-{type,uuid}-{include,exclude} and
@@ -242,6 +293,12 @@ func ParsePodOptions(ann map[string]string) (PodOptions, error) {
 	}
 	if o.QoS, err = ParseQoSClass(ann[AnnotationQoS]); err != nil {
 		return o, fmt.Errorf("annotation %s: %w", AnnotationQoS, err)
+	}
+	if v, ok := ann[AnnotationMIGProfile]; ok {
+		if err := parseMIGProfile(v); err != nil {
+			return o, err
+		}
+		o.MIGProfile = v
 	}
 	return o, nil
 }

@@ -19,9 +19,10 @@ var userKeys = []string{
 	AnnotationGPUTypeInclude, AnnotationGPUTypeExclude, AnnotationGPUUUIDInclude, AnnotationGPUUUIDExclude,
 	NvidiaUseGPUType, NvidiaNoUseGPUType, NvidiaUseGPUUUID, NvidiaNoUseGPUUUID,
 	AnnotationNodePolicy, AnnotationCardPolicy, AnnotationNUMABind, AnnotationQoS, AnnotationScoreWeights,
+	AnnotationMIGProfile,
 }
 
-const keyAliases = "0123456789abc"
+const keyAliases = "0123456789abcd"
 
 // filterKeys pairs each filter list with the keys it is read from, Tessera's first.
 var filterKeys = []struct {
@@ -99,6 +100,14 @@ func FuzzParsePodOptions(f *testing.F) {
 		AnnotationScoreWeights + "=" + strings.Repeat("numa=1,", 20),
 		"c=topology=0.125\n9=idle-only\n8=spread",
 		AnnotationNodePolicy + "=idle-only",
+		AnnotationMIGProfile + "=3g.40gb",
+		AnnotationMIGProfile + "=1g.10gb+me\n" + AnnotationCardPolicy + "=spread",
+		AnnotationMIGProfile + "=1g.24gb+me.all\n" + AnnotationGPUUUIDInclude + "=" + uuid,
+		AnnotationMIGProfile + "=7g.79gb\n" + AnnotationNUMABind + "=true",
+		AnnotationMIGProfile + "=3g",
+		AnnotationMIGProfile + "=",
+		AnnotationMIGProfile + "=03g.40gb",
+		"d=" + strings.Repeat("1", 40) + "g.1gb",
 	} {
 		f.Add(seed)
 	}
@@ -177,6 +186,14 @@ func FuzzParsePodOptions(f *testing.F) {
 		if o.Weights.Any() {
 			back[AnnotationScoreWeights] = o.Weights.String()
 		}
+		if o.MIGProfile != "" {
+			if ValidateMIGProfileName(o.MIGProfile) != nil || o.MIGProfile != ann[AnnotationMIGProfile] {
+				t.Fatalf("MIG profile %q accepted from %q", o.MIGProfile, ann[AnnotationMIGProfile])
+			}
+			back[AnnotationMIGProfile] = o.MIGProfile
+		} else if _, ok := ann[AnnotationMIGProfile]; ok {
+			t.Fatalf("annotation %s %q accepted as no profile", AnnotationMIGProfile, ann[AnnotationMIGProfile])
+		}
 		for _, fk := range filterKeys {
 			// Lowering can lengthen a rune (U+023A is two bytes, U+2C65 three), so a
 			// list at the byte limit may not fit once lowered.
@@ -233,12 +250,16 @@ func FuzzContainerRequests(f *testing.F) {
 	f.Add("big", "1", "1e18", "", "-1", uint8(0b1111))
 	f.Add("frac", "500m", "0.5", "", "12.5", uint8(0b1000000))
 	f.Add("\"quoted\"\n", "1k", "", "101", "0", uint8(0))
+	f.Add("mig", "2", "", "", "", uint8(0b10000000))
+	f.Add("mig", "1", "", "", "100", uint8(0b10000000))
+	f.Add("mig", "1", "", "100", "", uint8(0b10100000))
 	names := DefaultResourceNames()
 	all := []corev1.ResourceName{names.Number, names.Memory, names.MemoryPercentage, names.Cores}
 	f.Fuzz(func(t *testing.T, name, number, memory, percent, cores string, how uint8) {
 		// Bits 0-3: the resource goes in requests rather than limits. Bit 4: the
 		// container is an init container. Bit 5: a container without vGPU resources
-		// comes first. Bit 6: requests repeat every limit, doubled.
+		// comes first. Bit 6: requests repeat every limit, doubled. Bit 7: the pod asks
+		// for whole MIG instances (AnnotationMIGProfile).
 		c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}}
 		asked := map[corev1.ResourceName]int64{}
@@ -263,6 +284,10 @@ func FuzzContainerRequests(f *testing.F) {
 			asked[all[i]] = q.Value()
 		}
 		pod := &corev1.Pod{}
+		mig := how&(1<<7) != 0
+		if mig {
+			pod.Annotations = map[string]string{AnnotationMIGProfile: "3g.40gb"}
+		}
 		if how&(1<<5) != 0 {
 			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "sidecar"})
 		}
@@ -307,6 +332,14 @@ func FuzzContainerRequests(f *testing.F) {
 		n, hasN := asked[names.Number]
 		mem, hasMem := asked[names.Memory]
 		pct, hasPct := asked[names.MemoryPercentage]
+		if mig {
+			_, hasCores := asked[names.Cores]
+			if hasMem || hasPct || hasCores || !hasN || r.Cards != int(n) ||
+				r != (ContainerRequest{Name: name, Cards: r.Cards, MemoryPercent: 100, Cores: 100, MIGProfile: "3g.40gb"}) {
+				t.Fatalf("MIG request %+v for %v", r, asked)
+			}
+			return
+		}
 		switch {
 		case r.Name != name:
 			t.Fatalf("request named %q, want %q", r.Name, name)

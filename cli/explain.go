@@ -53,6 +53,8 @@ type RequestView struct {
 	MemoryMiB     int64 `json:"memoryMiB,omitempty"`
 	MemoryPercent int   `json:"memoryPercent,omitempty"`
 	Cores         int   `json:"cores"`
+	// MIGProfile is set when the container asks for Cards whole MIG instances of it.
+	MIGProfile string `json:"migProfile,omitempty"`
 }
 
 // OptionsView is what the pod's annotations ask of its cards.
@@ -84,7 +86,8 @@ func (r RejectView) String() string { return r.Message }
 func requestViews(cs []api.ContainerRequest) []RequestView {
 	out := make([]RequestView, len(cs))
 	for i, c := range cs {
-		out[i] = RequestView{Name: c.Name, Cards: c.Cards, MemoryMiB: c.MemoryMiB, MemoryPercent: c.MemoryPercent, Cores: c.Cores}
+		out[i] = RequestView{Name: c.Name, Cards: c.Cards, MemoryMiB: c.MemoryMiB, MemoryPercent: c.MemoryPercent, Cores: c.Cores,
+			MIGProfile: c.MIGProfile}
 	}
 	return out
 }
@@ -152,6 +155,7 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 			fit, ferr := placement.FitPod(st.engine, req)
 			if ferr != nil {
 				f.Reason, f.Resolvable, f.Rejects = "vgpu: "+ferr.Error(), ferr.Resolvable(), rejectViews(ferr.Explained())
+				migLayoutDetail(f.Rejects, st.node)
 			} else {
 				f.Fits, f.Score, f.Cards = true, fit.Score, fit.Containers
 			}
@@ -176,6 +180,20 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 	return v
 }
 
+// migLayoutDetail gives a card refused for an unknown MIG layout the reason the
+// node's layout annotation cannot be read, where the engine only knows it is missing.
+func migLayoutDetail(rs []RejectView, node *corev1.Node) {
+	for i := range rs {
+		if rs[i].Reason != string(placement.ReasonMIGLayout) {
+			continue
+		}
+		if err := api.MIGLayoutError(node); err != nil {
+			rs[i].Detail = err.Error()
+			rs[i].Message = fmt.Sprintf("card %d (%s): %s: %s", rs[i].Index, rs[i].UUID, rs[i].Reason, rs[i].Detail)
+		}
+	}
+}
+
 // request parses the pod's demand with the plugin's own parser.
 func (s *Snapshot) request(pod *corev1.Pod) (*placement.Request, error) {
 	return s.Args.Request(pod)
@@ -192,6 +210,11 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 	}
 	if len(v.Containers) > 0 {
 		for _, c := range v.Containers {
+			if c.MIGProfile != "" {
+				fmt.Fprintf(w, "  container %q asks for %d whole MIG instance(s) of profile %s (%s)\n", c.Name, c.Cards, c.MIGProfile,
+					api.AnnotationMIGProfile)
+				continue
+			}
 			mem := fmt.Sprintf("%d MiB", c.MemoryMiB)
 			if c.MemoryMiB == 0 {
 				mem = fmt.Sprintf("%d%% of memory", c.MemoryPercent)
@@ -226,6 +249,10 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 			var cards []string
 			for _, c := range n.Cards {
 				for _, a := range c.Cards {
+					if a.IsMIG() {
+						cards = append(cards, fmt.Sprintf("%s:%s/%s", c.Name, a.UUID, a.MIG))
+						continue
+					}
 					cards = append(cards, fmt.Sprintf("%s:%s", c.Name, a.UUID))
 				}
 			}

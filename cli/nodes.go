@@ -51,6 +51,20 @@ type CardView struct {
 	// Cordon is set when an administrator has cordoned the card: it takes no new
 	// vGPU task (added within cli.tessera.io/v1; absent otherwise).
 	Cordon *CordonView `json:"cordon,omitempty"`
+	// MIGInstances are the instances of a card in MIG mode, in the agent's order;
+	// MIGLayout says why a card in MIG mode has none to hand out (the layout
+	// annotation is absent or unreadable). Both added within cli.tessera.io/v1.
+	MIGInstances []MIGInstanceView `json:"migInstances,omitempty"`
+	MIGLayout    string            `json:"migLayout,omitempty"`
+}
+
+// MIGInstanceView is one MIG instance and the pods that hold it (one, or none when
+// it is free; more only when pods were found sharing it).
+type MIGInstanceView struct {
+	UUID      string   `json:"uuid"`
+	Profile   string   `json:"profile"`
+	MemoryMiB int64    `json:"memoryMiB"`
+	Pods      []Tenant `json:"pods"`
 }
 
 // CordonView is a card's cordon: the administrator's reason and since when (RFC 3339).
@@ -73,7 +87,14 @@ func (s *Snapshot) NodesView() []NodeView {
 		default:
 			v.Status = StatusReady
 			for i := range st.engine.Cards {
-				v.Cards = append(v.Cards, cardView(&st.engine.Cards[i], st.tenants[st.engine.Cards[i].UUID]))
+				c := cardView(&st.engine.Cards[i], st.tenants[st.engine.Cards[i].UUID])
+				if c.MIG && st.engine.Cards[i].MIGInstances == nil {
+					c.MIGLayout = "the node agent published no layout for this card"
+					if err := api.MIGLayoutError(st.node); err != nil {
+						c.MIGLayout = err.Error()
+					}
+				}
+				v.Cards = append(v.Cards, c)
 			}
 		}
 		out = append(out, v)
@@ -90,6 +111,19 @@ func cardView(c *placement.CardState, tenants []Tenant) CardView {
 	}
 	if c.Cordon != nil {
 		v.Cordon = &CordonView{Reason: c.Cordon.Reason, Since: c.Cordon.Since.UTC().Format(time.RFC3339)}
+	}
+	if c.MIG {
+		// Instances are held whole: the card has no shared pool.
+		for _, in := range c.MIGInstances {
+			iv := MIGInstanceView{UUID: in.UUID, Profile: in.Profile, MemoryMiB: in.MemoryMiB, Pods: []Tenant{}}
+			for _, t := range tenants {
+				if t.MIG == in.UUID {
+					iv.Pods = append(iv.Pods, t)
+				}
+			}
+			v.MIGInstances = append(v.MIGInstances, iv)
+		}
+		return v
 	}
 	for _, t := range tenants {
 		if t.Cores == 100 {

@@ -42,6 +42,10 @@ func nodesTable(nodes []NodeView) *metav1.Table {
 		}
 		for _, c := range n.Cards {
 			health := cardHealth(c)
+			if c.MIG {
+				migRows(row, n.Name, c, health, source)
+				continue
+			}
 			row(n.Name, strconv.Itoa(c.Index), c.Model, fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB),
 				fmt.Sprintf("%d%%", c.UsedCores), fmt.Sprintf("%d/%d", c.Tenants, c.Shares), dash(c.QoS), health,
 				c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, podList(c.Pods))
@@ -51,6 +55,34 @@ func nodesTable(nodes []NodeView) *metav1.Table {
 		}
 	}
 	return t
+}
+
+// migRows are a card in MIG mode's rows: the card, with its instances held of all
+// (Shares) or why none can be handed out (Pods), then one row per instance, "<card>/<n>":
+// its profile, its memory held of its memory, held or free, and its MIG UUID.
+func migRows(row func(...any), node string, c CardView, health, source string) {
+	used, mem := 0, int64(0)
+	for _, in := range c.MIGInstances {
+		mem += in.MemoryMiB
+		if len(in.Pods) > 0 {
+			used++
+		}
+	}
+	pods, shares := podList(c.Pods), fmt.Sprintf("%d/%d", used, len(c.MIGInstances))
+	if c.MIGLayout != "" {
+		pods, shares = "MIG layout unknown: "+c.MIGLayout, "-"
+	}
+	row(node, strconv.Itoa(c.Index), c.Model, "-", "-", shares, "-", health,
+		c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, pods)
+	for i, in := range c.MIGInstances {
+		held, state := int64(0), "free"
+		if len(in.Pods) > 0 {
+			held, state = in.MemoryMiB, "used"
+		}
+		row(node, strconv.Itoa(c.Index)+"/"+strconv.Itoa(i), in.Profile, fmt.Sprintf("%d/%d", held, in.MemoryMiB), "-",
+			fmt.Sprintf("%d/1", min(1, len(in.Pods))), "-", state, in.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(in.MemoryMiB, 10),
+			source, podList(in.Pods))
+	}
 }
 
 // pickNodes keeps the nodes named (every node when none is) whose labels match sel,

@@ -156,6 +156,8 @@ type Tenant struct {
 	QoS       api.QoSClass `json:"qos"`
 	MemoryMiB int64        `json:"memoryMiB"`
 	Cores     int          `json:"cores"`
+	// MIG is the MIG device the container holds whole, "" for a share of the card.
+	MIG string `json:"mig,omitempty"`
 }
 
 // nodeStates builds every node's card usage from the pods bound to it, exactly as
@@ -201,7 +203,7 @@ func (s *Snapshot) nodeStates() []*nodeState {
 			for _, c := range cs {
 				for _, a := range c.Cards {
 					st.tenants[a.UUID] = append(st.tenants[a.UUID], Tenant{Namespace: p.Namespace, Pod: p.Name,
-						Container: c.Name, Queue: Queue(p), QoS: qos, MemoryMiB: a.MemoryMiB, Cores: a.Cores})
+						Container: c.Name, Queue: Queue(p), QoS: qos, MemoryMiB: a.MemoryMiB, Cores: a.Cores, MIG: a.MIG})
 				}
 			}
 		}

@@ -56,6 +56,9 @@ func ScorePod(n *Node, req *Request) (float64, *FitError) {
 }
 
 func place(n *Node, req *Request, build bool) (*Fit, *FitError) {
+	if req.Options.MIGProfile != "" {
+		return placeMIG(n, req, build)
+	}
 	// A pod that weighs the terms sees the node's pair weights scaled for card choice.
 	w := &req.Options.Weights
 	if w.Any() {
@@ -206,14 +209,9 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonCordoned, rejectDetail{kind: detailCordoned, text: c.Cordon.Reason})
 	case c.MIG:
 		return reject(ReasonMIG, rejectDetail{})
-	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):
-		return reject(ReasonUUIDFilter, rejectDetail{kind: detailNotInUUIDs})
-	case slices.Contains(o.UUIDExclude, c.UUID):
-		return reject(ReasonUUIDFilter, rejectDetail{kind: detailInUUIDs})
-	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, c.Model):
-		return reject(ReasonTypeFilter, rejectDetail{kind: detailTypeMissing, text: c.Model})
-	case containsFold(o.TypeExclude, c.Model):
-		return reject(ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: c.Model})
+	}
+	if reason, d, refused := checkFilters(c, o); refused {
+		return reject(reason, d)
 	}
 	mem := memoryFor(&c.Card, cr)
 	switch {
@@ -246,6 +244,22 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonMemory, rejectDetail{kind: detailMemory, a: mem, b: freeMiB, c: c.CapacityMiB})
 	}
 	return false
+}
+
+// checkFilters applies the pod's card filters (its UUID and GPU type annotations);
+// a MIG request's are the parent card's.
+func checkFilters(c *CardState, o *api.PodOptions) (Reason, rejectDetail, bool) {
+	switch {
+	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):
+		return ReasonUUIDFilter, rejectDetail{kind: detailNotInUUIDs}, true
+	case slices.Contains(o.UUIDExclude, c.UUID):
+		return ReasonUUIDFilter, rejectDetail{kind: detailInUUIDs}, true
+	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, c.Model):
+		return ReasonTypeFilter, rejectDetail{kind: detailTypeMissing, text: c.Model}, true
+	case containsFold(o.TypeExclude, c.Model):
+		return ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: c.Model}, true
+	}
+	return "", rejectDetail{}, false
 }
 
 // containsFold reports whether model contains any of the substrings, ignoring case as

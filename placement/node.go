@@ -6,6 +6,7 @@ package placement
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -48,6 +49,9 @@ type Node struct {
 	// topo holds the pairwise link scores; nil when the inventory has no link
 	// matrix, in which case cards are chosen as if links did not matter.
 	topo *topology
+	// mig counts the bookings that name each MIG device (migfit.go); nil while none
+	// does, so nodes without MIG pay nothing for it.
+	mig map[string]int32
 }
 
 // NewNode builds a node from an inventory. oversub scales schedulable memory (≥ 1).
@@ -67,6 +71,9 @@ func NewNode(name string, inv *api.NodeInventory, oversub float64) *Node {
 // Clone returns an independent copy.
 func (n *Node) Clone() *Node {
 	c := &Node{Name: n.Name, Cards: append([]CardState(nil), n.Cards...), byID: n.byID, topo: n.topo}
+	if n.mig != nil {
+		c.mig = maps.Clone(n.mig)
+	}
 	return c
 }
 
@@ -82,11 +89,20 @@ func (n *Node) Card(uuid string) *CardState {
 // nothing unless all of them have room, so a card is never over-committed.
 func (n *Node) Reserve(cs []api.ContainerAssignment, t Tenancy) error {
 	need := make(map[int]Usage)
+	var migs []string
 	for _, c := range cs {
 		for _, a := range c.Cards {
 			i, ok := n.byID[a.UUID]
 			if !ok {
 				return fmt.Errorf("node %s has no card %s", n.Name, a.UUID)
+			}
+			if a.IsMIG() {
+				// A whole MIG instance: booked by its UUID, not on the card's usage.
+				if err := n.checkMIGBooking(&n.Cards[i], a, migs); err != nil {
+					return err
+				}
+				migs = append(migs, a.MIG)
+				continue
 			}
 			u := need[i]
 			u.add(tenantUsage(a, t))
@@ -107,6 +123,13 @@ func (n *Node) Reserve(cs []api.ContainerAssignment, t Tenancy) error {
 	for i, u := range need {
 		n.Cards[i].Used.add(u)
 	}
+	for _, c := range cs {
+		for _, a := range c.Cards {
+			if a.IsMIG() {
+				_ = n.holdMIG(n.Card(a.UUID), a) // checked free above
+			}
+		}
+	}
 	return nil
 }
 
@@ -115,6 +138,9 @@ func (n *Node) Reserve(cs []api.ContainerAssignment, t Tenancy) error {
 // It returns the problems it found so the caller can log them.
 func (n *Node) Account(cs []api.ContainerAssignment, t Tenancy) []error {
 	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
+		if a.IsMIG() {
+			return n.holdMIG(card, a)
+		}
 		card.Used.add(tenantUsage(a, t))
 		if card.FreeMiB() < 0 || card.FreeCores() < 0 || card.Used.Tenants > card.Shares {
 			return fmt.Errorf("card %d (%s) on %s is over-committed: %d/%d MiB, %d%% cores, %d/%d tenants",
@@ -128,6 +154,9 @@ func (n *Node) Account(cs []api.ContainerAssignment, t Tenancy) []error {
 // a release that would is reported.
 func (n *Node) Release(cs []api.ContainerAssignment, t Tenancy) []error {
 	return n.eachCard(cs, func(card *CardState, a api.CardAssignment) error {
+		if a.IsMIG() {
+			return n.releaseMIG(card, a)
+		}
 		if err := card.Used.sub(tenantUsage(a, t)); err != nil {
 			return fmt.Errorf("card %d (%s) on %s: %w", card.Index, card.UUID, n.Name, err)
 		}

@@ -41,7 +41,7 @@ const ReasonCordoned Reason = "cordoned"
 // of the request.
 func (r Reason) Resolvable() bool {
 	switch r {
-	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory, ReasonQoS, ReasonInUse, ReasonHeldIdleOnly:
+	case ReasonShares, ReasonNotIdle, ReasonCores, ReasonMemory, ReasonQoS, ReasonInUse, ReasonHeldIdleOnly, ReasonMIGTaken:
 		return true
 	}
 	return false
@@ -97,6 +97,9 @@ func (r CardReject) Explain() string {
 		return r.Detail
 	}
 	d := r.why
+	if s, ok := migExplain(d); ok {
+		return s
+	}
 	switch d.kind {
 	case detailNotInUUIDs:
 		return "not in " + api.AnnotationGPUUUIDInclude
@@ -151,6 +154,12 @@ type FitError struct {
 	// NUMA is set when enough cards fit but no NUMA node has Wanted of them while
 	// the pod asks for api.AnnotationNUMABind; it counts the fitting cards per node.
 	NUMA string
+	// MIGProfile is set when the pod asks for whole MIG instances of this profile:
+	// Wanted and Fitting then count instances, not cards. MIGBusy counts the
+	// instances of the profile that other pods hold on cards that pass the pod's
+	// fixed filters: what evicting them could free.
+	MIGProfile string
+	MIGBusy    int
 }
 
 // ReasonTooFewCards and ReasonNUMA summarise refusals no single card explains.
@@ -166,6 +175,9 @@ func (e *FitError) Dominant() Reason {
 		return ReasonNUMA
 	}
 	best, n := ReasonTooFewCards, 0
+	if e.MIGProfile != "" {
+		best = ReasonMIGTaken // every card had some free, but not enough in all
+	}
 	counts := map[Reason]int{}
 	for _, r := range e.Rejects {
 		counts[r.Reason]++
@@ -182,6 +194,9 @@ func (e *FitError) Dominant() Reason {
 func (e *FitError) Error() string {
 	if e.Cards == 0 {
 		return fmt.Sprintf("container %q needs %d cards, node has no vGPU cards", e.Container, e.Wanted)
+	}
+	if e.MIGProfile != "" {
+		return e.migError()
 	}
 	if e.NUMA != "" {
 		return fmt.Sprintf("container %q needs %d cards on one NUMA node (%s=true), %d of %d fit but not on one node (%s)",
@@ -296,6 +311,9 @@ func (e *FitError) Targeted() int {
 // whose cards are of the wrong type, excluded, unhealthy or too small stays refused
 // however many pods are evicted from it, so preemption and reclaim must not try.
 func (e *FitError) Resolvable() bool {
+	if e.MIGProfile != "" {
+		return e.Cards > 0 && e.Fitting+e.MIGBusy >= e.Wanted
+	}
 	could := e.Fitting
 	for _, r := range e.Rejects {
 		if r.Reason.Resolvable() {

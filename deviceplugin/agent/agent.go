@@ -135,7 +135,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	m := metrics.New(promReg, metrics.Sources{Node: cfg.NodeName, Cards: reg, Store: store, Pods: pods, ProcRoot: deps.ProcRoot,
 		KubeletPodsDir: cfg.KubeletPodsDir})
 	h := handoff.New(handoff.Config{Node: cfg.NodeName, Resource: cfg.ResourceName, Names: resourceNames(cfg),
-		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust},
+		IdentifyTimeout: cfg.IdentifyTimeout.Duration, Container: container, Trust: trust, MIGLayout: nvmlMIGLayout(devices, reg)},
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },
@@ -175,6 +175,27 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		uninst.removeIfUninstalled() // before prc closes: it asks the kubelet which pods hold slots
 	}
 	return conflict
+}
+
+// nvmlMIGLayout reads a card's MIG devices from NVML at each call: the handoff checks a
+// MIG assignment against the card as it is when the container is set up.
+func nvmlMIGLayout(devices map[string]nvml.Device, reg *cards.Registry) handoff.MIGLayout {
+	return func(parent string) ([]api.MIGInstance, error) {
+		d, ok := devices[parent]
+		card, known := reg.Card(parent)
+		if !ok || !known {
+			return nil, fmt.Errorf("card %s is not on this node", parent)
+		}
+		devs, err := discovery.ReadMIGDevices(d, parent, uint64(card.MemoryMiB))
+		if err != nil {
+			return nil, err
+		}
+		out := make([]api.MIGInstance, len(devs))
+		for i, m := range devs {
+			out[i] = m.MIGInstance
+		}
+		return out, nil
+	}
 }
 
 func resourceNames(cfg *config.Config) api.ResourceNames {
@@ -242,9 +263,9 @@ func keepHookSpec(ctx context.Context, dir string, spec *specs.Spec, every time.
 	}
 }
 
-// checkCardDevices logs the cards whose CDI device (cdiCardKind=UUID) no spec on the
-// node defines: containers given such a card fail to be created ("unresolvable CDI
-// devices") until the NVIDIA toolkit's spec names cards by UUID.
+// checkCardDevices logs the cards and MIG devices whose CDI device (cdiCardKind=UUID)
+// no spec on the node defines: containers given one fail to be created ("unresolvable
+// CDI devices") until the NVIDIA toolkit's spec names cards and MIG devices by UUID.
 func checkCardDevices(cfg *config.Config, cs []api.Card) {
 	dirs := []string{"/etc/cdi", cfg.CDISpecDir}
 	names, problems := cdi.DeviceNames(dirs, cfg.CDICardKind)
@@ -252,6 +273,12 @@ func checkCardDevices(cfg *config.Config, cs []api.Card) {
 	for _, c := range cs {
 		if _, ok := names[c.UUID]; !ok {
 			missing = append(missing, cdi.QualifiedName(cfg.CDICardKind, c.UUID))
+		}
+		// A MIG instance is handed out by its own UUID name.
+		for _, m := range c.MIGInstances {
+			if _, ok := names[m.UUID]; !ok {
+				missing = append(missing, cdi.QualifiedName(cfg.CDICardKind, m.UUID))
+			}
 		}
 	}
 	if len(missing) > 0 {

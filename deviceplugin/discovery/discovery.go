@@ -24,7 +24,8 @@ var ErrNoCards = errors.New("no usable cards")
 
 // Options tune what discovery reports.
 type Options struct {
-	// Shares is the number of kubelet slots (containers at once) per card.
+	// Shares is the number of kubelet slots (containers at once) per card; a card in MIG
+	// mode offers at least one per MIG device.
 	Shares int
 	// SysfsRoot is where PCI devices are looked up when NVML cannot tell a card's NUMA
 	// node ("/sys" on a real node; empty skips the fallback).
@@ -148,6 +149,9 @@ func readMIGLayout(d *Device) {
 	for i, m := range devs {
 		d.Card.MIGInstances[i] = m.MIGInstance
 	}
+	// Each instance goes to one container whole, and the kubelet admits a container only
+	// with a free slot of the card: a card offers at least one slot per instance.
+	d.Card.Shares = max(d.Card.Shares, len(devs))
 	klog.V(4).InfoS("Read MIG devices", "uuid", d.Card.UUID, "count", len(devs))
 }
 

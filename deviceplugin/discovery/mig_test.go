@@ -126,3 +126,42 @@ func instancesOf(ds []MIGDevice) []api.MIGInstance {
 func inventoryOf(r *Result) *api.NodeInventory {
 	return &api.NodeInventory{Version: api.InventoryVersion, Cards: r.Cards(), Links: r.Links}
 }
+
+// The kubelet admits a container only with a free slot of its card, and each MIG
+// instance goes to one container: a MIG card offers a slot per instance at least, and
+// every other card exactly the configured shares.
+func TestAMIGCardOffersAtLeastASlotPerInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shares int
+		want   []int
+	}{
+		{"one share per card grows to the three instances of the first card", 1, []int{3, 1, 1}},
+		{"more shares than instances stay as configured", 10, []int{10, 10, 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := nvmlfake.MIGCards(nvmlfake.H100SXM5x80GB(), nvmlfake.A100SXM4x40GB())
+			for _, in := range []struct {
+				profile string
+				start   int
+			}{{"3g.40gb", 4}, {"1g.20gb", 0}, {"1g.10gb", 2}} {
+				if _, err := m.CreateMIGDevice(0, in.profile, in.start); err != nil {
+					t.Fatal(err)
+				}
+			}
+			plain := nvmlfake.Cards(1)
+			res, err := Discover(m, Options{Shares: tc.shares})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := Discover(plain, Options{Shares: tc.shares})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []int{res.Devices[0].Card.Shares, res.Devices[1].Card.Shares, other.Devices[0].Card.Shares}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("shares of the 3-instance MIG card, the empty MIG card and a plain card: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -39,6 +39,8 @@ type Config struct {
 	Container       hookenv.Container
 	// Trust decides which assignments are honoured; nil checks requests only (no signatures).
 	Trust *nodepods.Trust
+	// MIGLayout reads a card's MIG devices now; nil uses the layout discovery read at start.
+	MIGLayout MIGLayout
 }
 
 // PodLookup finds pods bound to this node. Only pods the scheduler bound here are
@@ -115,8 +117,11 @@ func New(cfg Config, reg *cards.Registry, pods PodLookup, kubelet KubeletPods, s
 // kubelet puts the call's error on the pod as an event).
 func (h *Handoff) refused(pod *corev1.Pod, err error) {
 	reason := nodepods.RefusalReason(err)
-	if errors.Is(err, ErrChanged) {
+	switch {
+	case errors.Is(err, ErrChanged):
 		reason = "changed"
+	case errors.Is(err, ErrMIG):
+		reason = "mig"
 	}
 	if h.observer != nil {
 		h.observer.ObserveRefusal(reason)
@@ -284,6 +289,11 @@ func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[str
 	if err != nil {
 		return nil, "", err
 	}
+	if err := h.checkMIG(ctx, c.pod, c.c.Name, c.c.Cards); err != nil {
+		h.refused(c.pod, err)
+		h.mark(ctx, c.pod, api.HandoffFailed, fmt.Sprintf("container %q: %v", c.c.Name, err))
+		return nil, "", err
+	}
 	rec := &records.Record{Namespace: c.pod.Namespace, Pod: c.pod.Name, UID: string(c.pod.UID), Container: c.c.Name,
 		SlotIDs: append([]string(nil), ids...), Cards: h.indexOrder(c.c.Cards), QoS: c.asg.QoS, Allocated: h.now()}
 	// The pod spec is the tenant's: only a region volume as Tessera makes it holds the
@@ -297,7 +307,7 @@ func (h *Handoff) allocateOne(ctx context.Context, ids []string, exclude map[str
 	if err := h.store.Prepare(rec, h.cfg.Container.LimitsFile(rec)); err != nil {
 		return nil, "", err
 	}
-	klog.V(3).InfoS("Allocated", "pod", klog.KObj(c.pod), "container", c.c.Name, "cards", uuids)
+	klog.V(3).InfoS("Allocated", "pod", klog.KObj(c.pod), "container", c.c.Name, "cards", uuids, "mig", migsOf(rec.Cards))
 	return h.cfg.Container.Response(rec, h.store.ContainerDir(rec.UID, rec.Container)), c.key(), nil
 }
 
@@ -311,6 +321,17 @@ func (h *Handoff) indexOrder(in []api.CardAssignment) []api.CardAssignment {
 		return 1 << 30
 	}
 	sort.SliceStable(out, func(a, b int) bool { return idx(out[a].UUID) < idx(out[b].UUID) })
+	return out
+}
+
+// migsOf lists the MIG devices of a container's cards; nil when it has none.
+func migsOf(cs []api.CardAssignment) []string {
+	var out []string
+	for _, c := range cs {
+		if c.IsMIG() {
+			out = append(out, c.MIG)
+		}
+	}
 	return out
 }
 

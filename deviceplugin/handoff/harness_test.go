@@ -53,6 +53,8 @@ type harness struct {
 	trust   *nodepods.Trust
 	refused map[string]int // reasons counted by the observer
 	mu      sync.Mutex
+	// migLayout, when set before (re)starting the agent, reads MIG layouts from NVML.
+	migLayout handoff.MIGLayout
 }
 
 func newHarness(t testing.TB, lib nvml.Interface, shares int) *harness {
@@ -105,7 +107,7 @@ func (h *harness) startAgent(reg *cards.Registry) {
 	cfg := handoff.Config{Node: node, Resource: api.ResourceNumber, Names: api.DefaultResourceNames(),
 		IdentifyTimeout: 2 * time.Second, PollInterval: 10 * time.Millisecond,
 		Container: hookenv.Container{HookLibrary: lib, PreloadHostFile: filepath.Join(h.root, "ld.so.preload"),
-			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}, Trust: h.trust}
+			Preload: config.PreloadFile, Dir: "/var/run/tessera", LogLevel: "info"}, Trust: h.trust, MIGLayout: h.migLayout}
 	store := &records.Store{Root: h.root}
 	hd := handoff.New(cfg, reg, pods, prc, store,
 		&nodepods.PatchMarker{Client: h.client, Attempts: 3, Backoff: 10 * time.Millisecond}, &refusalCounter{h})

@@ -56,7 +56,7 @@ func (h *Handoff) PreStart(ctx context.Context, ids []string) (err error) {
 			}
 			return err
 		}
-		rec, err := h.verify(pod, o.container, ids, got)
+		rec, err := h.verify(ctx, pod, o.container, ids, got)
 		if err != nil && len(owners) > 1 {
 			return fmt.Errorf("%w: the kubelet reports slots %s held by %v: %s/%s container %q: %v",
 				ErrAmbiguous, strings.Join(ids, ","), owners, o.ns, o.name, o.container, err)
@@ -127,7 +127,7 @@ func (h *Handoff) owners(ctx context.Context, ids []string) ([]slotOwner, error)
 
 // verify checks the kubelet's slots and the pod's annotation against Allocate's
 // record, and returns the record.
-func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []api.Card) (*records.Record, error) {
+func (h *Handoff) verify(ctx context.Context, pod *corev1.Pod, container string, ids []string, got []api.Card) (*records.Record, error) {
 	rec, err := h.store.ReadRecord(string(pod.UID), container)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: Allocate prepared no directory for this container; it served another container with slots %s", ErrMismatch, strings.Join(ids, ","))
@@ -161,6 +161,11 @@ func (h *Handoff) verify(pod *corev1.Pod, container string, ids []string, got []
 		h.refused(pod, err)
 		return nil, err
 	}
+	// The instance may have been destroyed, or handed to another pod, since Allocate.
+	if err := h.checkMIG(ctx, pod, container, rec.Cards); err != nil {
+		h.refused(pod, err)
+		return nil, err
+	}
 	return rec, nil
 }
 
@@ -185,6 +190,9 @@ func describeShares(qos api.QoSClass, cs []api.CardAssignment) string {
 	parts := make([]string, len(cs))
 	for i, c := range cs {
 		parts[i] = fmt.Sprintf("%s %d MiB %d%%", c.UUID, c.MemoryMiB, c.Cores)
+		if c.IsMIG() {
+			parts[i] = fmt.Sprintf("%s MIG %s %d MiB", c.UUID, c.MIG, c.MemoryMiB)
+		}
 	}
 	return fmt.Sprintf("[%s] %s", strings.Join(parts, ", "), qos)
 }

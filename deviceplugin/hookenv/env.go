@@ -49,7 +49,7 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 	mem := make([]string, len(rec.Cards))
 	sm := make([]string, len(rec.Cards))
 	for i, card := range rec.Cards {
-		uuids[i] = card.UUID
+		uuids[i] = VisibleUUID(card)
 		mem[i] = strconv.FormatInt(card.MemoryMiB, 10)
 		sm[i] = strconv.Itoa(SMLimit(card.Cores))
 	}
@@ -65,6 +65,17 @@ func (c *Container) limitValues(rec *records.Record) [][2]string {
 		kv = append(kv, [2]string{api.EnvContextReserveMiB, strconv.FormatInt(r, 10)})
 	}
 	return kv
+}
+
+// VisibleUUID is the device a card assignment shows the container: the MIG device for
+// a whole MIG instance, else the card. It is what the container runtime is told to add
+// and what vgpu-core matches against each CUDA device's UUID (cuDeviceGetUuid_v2 gives
+// a MIG device's own UUID, as NVML does on a MIG device handle).
+func VisibleUUID(c api.CardAssignment) string {
+	if c.IsMIG() {
+		return c.MIG
+	}
+	return c.UUID
 }
 
 // contextReserve is the container's context footprint: vgpu-core takes one figure, so the
@@ -158,11 +169,13 @@ func ContainerMounts(hostDir string) []*pluginapi.Mount {
 // preloadPath is the dynamic loader's preload list.
 const preloadPath = "/etc/ld.so.preload"
 
-// cardDevices names the container's cards as CDI devices, in CUDA ordinal order.
+// cardDevices names the container's cards (or MIG devices) as CDI devices, in CUDA
+// ordinal order.
 func (c *Container) cardDevices(rec *records.Record) []*pluginapi.CDIDevice {
 	out := make([]*pluginapi.CDIDevice, len(rec.Cards))
 	for i, card := range rec.Cards {
-		out[i] = &pluginapi.CDIDevice{Name: cdi.QualifiedName(c.CardKind, card.UUID)}
+		// The NVIDIA toolkit's uuid naming names a MIG device by its own UUID.
+		out[i] = &pluginapi.CDIDevice{Name: cdi.QualifiedName(c.CardKind, VisibleUUID(card))}
 	}
 	return out
 }

@@ -184,3 +184,35 @@ func TestTheLimitsFileCarriesTheCardsContextReserve(t *testing.T) {
 		t.Errorf("limits file without a reserve names one:\n%s", f)
 	}
 }
+
+// A whole MIG instance is shown as its own device in every mode: the runtime adds the
+// MIG device (by the NVIDIA toolkit's UUID name in CDI mode), and vgpu-core matches the
+// MIG UUID that cuDeviceGetUuid_v2 reports, with the instance's memory as the limit.
+// A card beside it in the same container keeps its own UUID.
+func TestAMIGInstanceIsShownAsItsOwnDeviceInEveryMode(t *testing.T) {
+	rec := record()
+	rec.Cards[0] = api.CardAssignment{UUID: "GPU-b", MemoryMiB: 40448, Cores: 100, MIG: "MIG-b3"}
+	for _, tt := range []struct {
+		handoff, visible string
+		cdi              []string
+	}{
+		{config.HandoffEnv, "MIG-b3,GPU-d", nil},
+		{config.HandoffCDI, "void", []string{"nvidia.com/gpu=MIG-b3", "nvidia.com/gpu=GPU-d", "tessera.io/vgpu=hook"}},
+		{config.HandoffBoth, "MIG-b3,GPU-d", []string{"nvidia.com/gpu=MIG-b3", "nvidia.com/gpu=GPU-d"}},
+	} {
+		c := container(tt.handoff, config.PreloadFile)
+		r := c.Response(rec, "/var/lib/tessera/pods/u/main")
+		if got := r.Envs["NVIDIA_VISIBLE_DEVICES"]; got != tt.visible {
+			t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want %q", tt.handoff, got, tt.visible)
+		}
+		if got := cdiNames(r); !reflect.DeepEqual(got, tt.cdi) {
+			t.Errorf("%s: CDI devices %v, want %v", tt.handoff, got, tt.cdi)
+		}
+		if r.Envs[api.EnvVisibleUUIDs] != "MIG-b3,GPU-d" || r.Envs[api.EnvMemoryLimitMiB] != "40448,4096" || r.Envs[api.EnvSMLimit] != "100,30" {
+			t.Errorf("%s: vgpu-core environment %v", tt.handoff, r.Envs)
+		}
+		if f := c.LimitsFile(rec); !strings.Contains(f, api.EnvVisibleUUIDs+"=MIG-b3,GPU-d\n"+api.EnvMemoryLimitMiB+"=40448,4096\n") {
+			t.Errorf("%s: limits file\n%s", tt.handoff, f)
+		}
+	}
+}

@@ -30,7 +30,7 @@ const queueKey = "volcano.sh/queue-name"
 type descs struct {
 	memory, shares, healthy, assignedMem, assignedSM       *prometheus.Desc
 	limitMem, limitSM, usedMem, usedSM, capped, hookLoaded *prometheus.Desc
-	processes, regionReadable, queue                       *prometheus.Desc
+	processes, regionReadable, queue, mig                  *prometheus.Desc
 }
 
 func newDescs(node string) descs {
@@ -56,13 +56,15 @@ func newDescs(node string) descs {
 		processes:   d("container_gpu_processes", "Live processes registered in the container's shared region.", pod),
 		queue: d("container_queue_info", "1 for every vGPU container, labelled with its Volcano queue (the pod's "+queueKey+" label; empty when it has none): join on namespace, pod, container to sum use by queue.",
 			[]string{"namespace", "pod", "container", "queue"}),
+		mig: d("container_mig_device_info", "1 for every whole MIG instance a container was given, labelled with its parent card (uuid, index, as on the container's other series) and the MIG device (mig, profile): join on namespace, pod, container, uuid.",
+			[]string{"namespace", "pod", "container", "uuid", "index", "mig", "profile"}),
 		regionReadable: d("container_region_readable", "1 when the agent can read the container's shared region, 0 when it is of another layout version or corrupt; absent for a container without the region volume (its region is in its /dev/shm).", pod),
 	}
 }
 
 func (d descs) all() []*prometheus.Desc {
 	return []*prometheus.Desc{d.memory, d.shares, d.healthy, d.assignedMem, d.assignedSM, d.limitMem, d.limitSM,
-		d.usedMem, d.usedSM, d.capped, d.hookLoaded, d.processes, d.regionReadable, d.queue}
+		d.usedMem, d.usedSM, d.capped, d.hookLoaded, d.processes, d.regionReadable, d.queue, d.mig}
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -112,8 +114,16 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	inv := c.src.Cards.Inventory()
 	index := make(map[string]string, len(inv.Cards))
+	profile := map[string]string{} // MIG device UUID -> profile
+	migSM := map[string]float64{}  // MIG device UUID -> its share of the card's SMs, when known
 	for _, card := range inv.Cards {
 		index[card.UUID] = strconv.Itoa(card.Index)
+		for _, m := range card.MIGInstances {
+			profile[m.UUID] = m.Profile
+			if m.SMCount > 0 && card.SMCount > 0 {
+				migSM[m.UUID] = float64(m.SMCount) / float64(card.SMCount)
+			}
+		}
 	}
 	assignedMem, assignedSM := map[string]float64{}, map[string]float64{}
 	recs, err := c.src.Store.Records()
@@ -138,10 +148,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		u := c.containerUsage(ch, r, usages[k])
 		for i, card := range r.Cards {
 			assignedMem[card.UUID] += float64(card.MemoryMiB) * mib
-			assignedSM[card.UUID] += float64(hookenv.SMLimit(card.Cores)) / 100
+			if card.IsMIG() {
+				// An instance holds its own SMs whole: the card's share is theirs, not 100%.
+				assignedSM[card.UUID] += migSM[card.MIG]
+			} else {
+				assignedSM[card.UUID] += float64(hookenv.SMLimit(card.Cores)) / 100
+			}
 			labels := []string{r.Namespace, r.Pod, r.Container, card.UUID, index[card.UUID]}
 			gauge(ch, c.d.limitMem, float64(card.MemoryMiB)*mib, labels...)
 			gauge(ch, c.d.limitSM, float64(hookenv.SMLimit(card.Cores))/100, labels...)
+			if card.IsMIG() {
+				gauge(ch, c.d.mig, 1, r.Namespace, r.Pod, r.Container, card.UUID, index[card.UUID], card.MIG, profile[card.MIG])
+			}
 			if u == nil || i >= usage.MaxCards {
 				continue
 			}

@@ -83,7 +83,7 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "kubelet_registrations_total", ConstLabels: node,
 			Help: "Successful registrations with the kubelet."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "assignment_refusals_total", ConstLabels: node,
-			Help: "Pod card assignments the agent would not honour, by reason: unsigned, unknown_key, bad_signature, exceeds_request, wrong_node, changed (after Allocate), malformed, no_assignment, other."}, []string{"reason"}),
+			Help: "Pod card assignments the agent would not honour, by reason: unsigned, unknown_key, bad_signature, exceeds_request, wrong_node, changed (after Allocate), mig (the node's MIG instances disagree), malformed, no_assignment, other."}, []string{"reason"}),
 		regionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "agent_region_read_errors_total", ConstLabels: node,
 			Help: "Containers' shared regions the agent refused or could not read at a scrape, by reason: not_regular_file, size, layout, timeout, error."},
 			[]string{"reason"}),

@@ -165,3 +165,49 @@ func TestLastPublishTimestamp(t *testing.T) {
 		t.Errorf("last publish = %v, want the time of the last successful write", got)
 	}
 }
+
+// A container given a whole MIG instance keeps its series under the parent card's UUID,
+// as every container does, and gains one info series naming the MIG device and its
+// profile; containers without one get none. The card's assigned cores count the
+// instance's share of the card's SMs (66 of 132), not 100%.
+func TestAMIGContainerIsReportedUnderItsCardWithItsMIGDevice(t *testing.T) {
+	reg := cards.NewRegistry([]api.Card{
+		{UUID: "GPU-a", Index: 0, Model: "H100", MemoryMiB: 81559, SMCount: 132, NUMA: 0, Shares: 4, Healthy: true, MIG: true,
+			MIGInstances: []api.MIGInstance{{UUID: "MIG-a1", Profile: "3g.40gb", GI: 1, Start: 4, Size: 4, MemoryMiB: 40448, SMCount: 66}}},
+		{UUID: "GPU-b", Index: 1, Model: "H100", MemoryMiB: 81559, NUMA: 0, Shares: 4, Healthy: true},
+	}, nil)
+	store := &records.Store{Root: t.TempDir()}
+	for _, r := range []records.Record{
+		{Namespace: "ns", Pod: "live", UID: "u1", Container: "c", SlotIDs: []string{"GPU-a::0"},
+			Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 40448, Cores: 100, MIG: "MIG-a1"}}, QoS: api.QoSFixedShare},
+		{Namespace: "ns", Pod: "live", UID: "u1", Container: "d", SlotIDs: []string{"GPU-b::0"},
+			Cards: []api.CardAssignment{{UUID: "GPU-b", MemoryMiB: 1000, Cores: 10}}, QoS: api.QoSFixedShare},
+	} {
+		if err := store.Prepare(&r, "version=1\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promReg := prometheus.NewPedanticRegistry()
+	New(promReg, Sources{Node: "n1", Cards: reg, Store: store, Pods: livePods{"u1": true}, ProcRoot: t.TempDir()})
+	want := `
+# HELP tessera_card_assigned_memory_bytes Memory limits of the containers set up on the card.
+# TYPE tessera_card_assigned_memory_bytes gauge
+tessera_card_assigned_memory_bytes{index="0",model="H100",node="n1",uuid="GPU-a"} 4.2412802048e+10
+tessera_card_assigned_memory_bytes{index="1",model="H100",node="n1",uuid="GPU-b"} 1.048576e+09
+# HELP tessera_card_assigned_cores_ratio Sum of the SM limits of the containers set up on the card, as a share of the card (0-1 when not over-committed).
+# TYPE tessera_card_assigned_cores_ratio gauge
+tessera_card_assigned_cores_ratio{index="0",model="H100",node="n1",uuid="GPU-a"} 0.5
+tessera_card_assigned_cores_ratio{index="1",model="H100",node="n1",uuid="GPU-b"} 0.1
+# HELP tessera_container_gpu_memory_limit_bytes A container's memory limit on one of its cards.
+# TYPE tessera_container_gpu_memory_limit_bytes gauge
+tessera_container_gpu_memory_limit_bytes{container="c",index="0",namespace="ns",node="n1",pod="live",uuid="GPU-a"} 4.2412802048e+10
+tessera_container_gpu_memory_limit_bytes{container="d",index="1",namespace="ns",node="n1",pod="live",uuid="GPU-b"} 1.048576e+09
+# HELP tessera_container_mig_device_info 1 for every whole MIG instance a container was given, labelled with its parent card (uuid, index, as on the container's other series) and the MIG device (mig, profile): join on namespace, pod, container, uuid.
+# TYPE tessera_container_mig_device_info gauge
+tessera_container_mig_device_info{container="c",index="0",mig="MIG-a1",namespace="ns",node="n1",pod="live",profile="3g.40gb",uuid="GPU-a"} 1
+`
+	if err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "tessera_card_assigned_memory_bytes",
+		"tessera_card_assigned_cores_ratio", "tessera_container_gpu_memory_limit_bytes", "tessera_container_mig_device_info"); err != nil {
+		t.Error(err)
+	}
+}

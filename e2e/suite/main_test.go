@@ -1,5 +1,5 @@
 // Package suite holds the end-to-end scenarios. TestMain builds (or reuses) the binaries,
-// brings up one local cluster with four simulated GPU nodes, and runs every scenario
+// brings up one local cluster with five simulated GPU nodes, and runs every scenario
 // against it in turn; each scenario uses its own namespace and deletes its jobs after.
 package suite
 
@@ -38,12 +38,14 @@ var chartDir = func() string {
 // nodes: 2x DGX A100 (8x A100 40 GB), 4x A30 24 GB on two NUMA nodes, 4x L40S 45 GB.
 // gpu-c's kubelet sees two NUMA nodes and runs the Topology Manager with single-numa-node
 // (topology_test.go);
-// gpu-d's agent hands cards over as CDI devices (cdi_test.go), the others by environment.
+// gpu-d's agent hands cards over as CDI devices (cdi_test.go), the others by environment;
+// gpu-e's 2x H100 are in MIG mode, split into instances (mig_test.go).
 var nodes = []cluster.Node{
 	{Name: "gpu-a", Machine: "dgxa100"},
 	{Name: "gpu-b", Machine: "dgxa100"},
 	{Name: "gpu-c", Machine: "a30x4", NUMANodes: 2, KubeletConfig: "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n"},
 	{Name: "gpu-d", Machine: "l40sx4", AgentArgs: []string{"--card-handoff=cdi"}},
+	{Name: "gpu-e", Machine: "h100migx2"},
 }
 
 // heartbeatTimeout replaces the shipped 90s so that the stale-agent scenario is short.

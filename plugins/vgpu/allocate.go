@@ -71,7 +71,9 @@ func (p *vgpuPlugin) onAllocate(e *framework.Event) {
 	pod.Annotations[api.AnnotationAssignment] = encoded
 	pod.Annotations[api.AnnotationAssignedAt] = strconv.FormatInt(now.UnixNano(), 10)
 	pod.Annotations[api.AnnotationHandoff] = api.HandoffPending
-	if p.args.VolcanoCompat {
+	// Volcano's grammar cannot name a MIG device: an agent reading it would hand out
+	// the whole parent card, so a MIG assignment travels in Tessera's annotation only.
+	if p.args.VolcanoCompat && !hasMIG(containers) {
 		ids := api.EncodeVolcanoPodDevices(a)
 		pod.Annotations[api.VolcanoAssignedIDs] = ids
 		pod.Annotations[api.VolcanoDevicesToAllocate] = ids
@@ -156,4 +158,16 @@ func (p *vgpuPlugin) touched(task *vapi.TaskInfo) {
 	if p.ledger != nil && task.NodeName != "" && p.request(task) != nil {
 		p.ledger.Touch(task.NodeName)
 	}
+}
+
+// hasMIG reports whether an assignment names a MIG instance.
+func hasMIG(cs []api.ContainerAssignment) bool {
+	for _, c := range cs {
+		for _, card := range c.Cards {
+			if card.IsMIG() {
+				return true
+			}
+		}
+	}
+	return false
 }

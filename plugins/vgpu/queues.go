@@ -5,6 +5,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
@@ -32,7 +33,7 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 				if !ok || err != nil {
 					continue // the ledger logged it
 				}
-				s.Hold(q, task.UID, fairshare.Assigned(cs))
+				s.Hold(q, task.UID, fairshare.Assigned(cs, task.Pod.Annotations[api.AnnotationMIGProfile]))
 			case task.Status == vapi.Pending:
 				tr := p.request(task)
 				if tr == nil || tr.Err != nil {
@@ -105,7 +106,7 @@ func (p *vgpuPlugin) onPlaced(e *framework.Event) {
 	asked := p.shares.Cost(tr.Req.Containers)
 	held := asked
 	if containers, booked := p.ledger.Held(task.UID); booked {
-		held = fairshare.Assigned(containers)
+		held = fairshare.Assigned(containers, tr.Req.Options.MIGProfile)
 	}
 	p.shares.Place(task.UID, job.Queue, held, asked)
 }

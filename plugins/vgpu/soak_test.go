@@ -50,7 +50,7 @@ func TestSessionSoak(t *testing.T) {
 	builders := confPlugins(t, tiers)
 	var total soakStats
 	for seed := 1; seed <= *soakSeeds; seed++ {
-		w := newSoakWorld(t, int64(seed), &total)
+		w := newSoakWorld(t, int64(seed), &total, false)
 		for s := 0; s < 6; s++ {
 			w.session(builders, actions, tiers, cfg)
 			if msg := w.check(); msg != "" {
@@ -67,8 +67,39 @@ func TestSessionSoak(t *testing.T) {
 	}
 }
 
+// The session soak again with cards in MIG mode on half the nodes and MIG profiles
+// on a third of the vGPU jobs: besides the soak's own invariants, no MIG device is
+// ever held by two bound pods, each is on the card whose layout lists it, and no
+// pod shares a card in MIG mode.
+func TestSessionSoakWithMIG(t *testing.T) {
+	actions, tiers, cfg, _, err := scheduler.UnmarshalSchedulerConf(exampleConf(t, "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	builders := confPlugins(t, tiers)
+	var total soakStats
+	seeds := max(1, *soakSeeds/3)
+	for seed := 1; seed <= seeds; seed++ {
+		w := newSoakWorld(t, int64(seed), &total, true)
+		for s := 0; s < 6; s++ {
+			w.session(builders, actions, tiers, cfg)
+			if msg := w.check(); msg != "" {
+				t.Fatalf("seed %d, session %d: %s", seed, s, msg)
+			}
+			w.perturb()
+		}
+		w.close()
+	}
+	t.Logf("%d seeds × 6 sessions: %+v", seeds, total)
+	if seeds >= 20 && (total.MIGHeld == 0 || total.Bound == 0) {
+		t.Errorf("the soak placed no MIG instance: %+v", total)
+	}
+}
+
 type soakStats struct {
 	Bound, FailedBinds, StaleWrites, Evicted, Finished, Cordons int
+	// MIGHeld counts, over the checks, the MIG instances bound pods held.
+	MIGHeld int
 	// ShedForQueue counts evictions accepted as preempt shedding a full queue's
 	// lower-priority pods before it moved on to another node (uselessEviction).
 	ShedForQueue int
@@ -131,16 +162,22 @@ type soakWorld struct {
 	preemptors preemptors
 	useless    string
 	stats      *soakStats
+	// mig, when set, puts cards in MIG mode on some nodes and MIG profiles on some
+	// jobs (its own source, so that a seed's other choices stay what they were).
+	mig *rand.Rand
 	// beforeClose, when set, sees each session after its actions (the job
 	// controller of the burst soak reads which PodGroups were enqueued).
 	beforeClose func(*framework.Session)
 }
 
-func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
+func newSoakWorld(t *testing.T, seed int64, stats *soakStats, mig bool) *soakWorld {
 	r := rand.New(rand.NewSource(seed))
 	testSched = NewScheduler()
 	w := &soakWorld{t: t, r: r, binder: &soakBinder{r: rand.New(rand.NewSource(seed * 7))},
 		evictor: util.NewFakeEvictor(10000), stop: make(chan struct{}), nodes: map[string]*corev1.Node{}, stats: stats}
+	if mig {
+		w.mig = rand.New(rand.NewSource(seed * 13))
+	}
 	w.sc = cache.NewCustomMockSchedulerCache("volcano", w.binder, w.evictor, &util.FakeStatusUpdater{}, nil, &record.FakeRecorder{})
 	for i, n := 0, 2+r.Intn(4); i < n; i++ {
 		model, mem := "NVIDIA A100", int64(40960)
@@ -148,6 +185,9 @@ func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
 			model, mem = "NVIDIA A30", 24576
 		}
 		node := gpuNode(fmt.Sprintf("n%d", i), 2+r.Intn(4), model, mem)
+		if w.mig != nil && w.mig.Intn(2) == 0 {
+			soakMIGNode(node)
+		}
 		w.nodes[node.Name] = node
 		// The cache re-reads a node from the API server when it changes.
 		if _, err := w.sc.Client().CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
@@ -172,6 +212,33 @@ func newSoakWorld(t *testing.T, seed int64, stats *soakStats) *soakWorld {
 	return w
 }
 
+// soakMIGProfiles are the profiles of soakMIGNode's layout.
+var soakMIGProfiles = []string{"3g.20gb", "1g.5gb"}
+
+// soakMIGNode puts the node's card 0 in MIG mode as a 3g.20gb and two 1g.5gb.
+func soakMIGNode(n *corev1.Node) {
+	inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
+	if err != nil {
+		panic(err)
+	}
+	inv.Cards[0].MIG = true
+	s, err := api.EncodeInventory(inv)
+	if err != nil {
+		panic(err)
+	}
+	uuid := inv.Cards[0].UUID
+	ms, err := api.EncodeMIGInstances(&api.NodeMIGInstances{Cards: map[string][]api.MIGInstance{uuid: {
+		{UUID: "MIG-" + n.Name + "-0", Profile: "3g.20gb", GI: 1, Start: 0, Size: 4, MemoryMiB: 19968},
+		{UUID: "MIG-" + n.Name + "-1", Profile: "1g.5gb", GI: 2, Start: 4, Size: 1, MemoryMiB: 4864},
+		{UUID: "MIG-" + n.Name + "-2", Profile: "1g.5gb", GI: 3, Start: 5, Size: 1, MemoryMiB: 4864},
+	}}})
+	if err != nil {
+		panic(err)
+	}
+	n.Annotations[api.AnnotationInventory] = s
+	n.Annotations[api.AnnotationMIGInstances] = ms
+}
+
 // addJob submits a gang of 1..4 members: vGPU mostly, a CPU-only job now and then.
 func (w *soakWorld) addJob(name, queue string) {
 	r := w.r
@@ -188,11 +255,18 @@ func (w *soakWorld) addJob(name, queue string) {
 	if r.Intn(5) == 0 {
 		ann = map[string]string{api.AnnotationGPUTypeInclude: "A30"}
 	}
+	profile := ""
+	if w.mig != nil && !cpuOnly && w.mig.Intn(3) == 0 {
+		profile = soakMIGProfiles[w.mig.Intn(len(soakMIGProfiles))]
+	}
 	for i := 0; i < replicas; i++ {
 		var p *corev1.Pod
-		if cpuOnly {
+		switch {
+		case cpuOnly:
 			p = cpuPod(fmt.Sprintf("%s-%d", name, i), name)
-		} else {
+		case profile != "":
+			p = migPod(fmt.Sprintf("%s-%d", name, i), name, profile, cards)
+		default:
 			p = vgpuPod(fmt.Sprintf("%s-%d", name, i), name, cards, mem, cores, ann)
 		}
 		prio := int32(10)
@@ -410,6 +484,9 @@ func (w *soakWorld) check() string {
 	cards := map[string]*use{}
 	capacity := map[string]int64{}
 	owner := map[string]string{}
+	// migCard is each MIG device's card; migMode the cards in MIG mode; migHeld how
+	// many bound pods name each MIG device.
+	migCard, migMode, migHeld := map[string]string{}, map[string]bool{}, map[string]int{}
 	for _, n := range w.nodes {
 		inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
 		if err != nil {
@@ -418,6 +495,18 @@ func (w *soakWorld) check() string {
 		for _, c := range inv.Cards {
 			capacity[c.UUID] = c.MemoryMiB
 			owner[c.UUID] = n.Name
+			migMode[c.UUID] = c.MIG
+		}
+		if s, ok := n.Annotations[api.AnnotationMIGInstances]; ok {
+			m, err := api.DecodeMIGInstances(s)
+			if err != nil {
+				return err.Error()
+			}
+			for card, list := range m.Cards {
+				for _, in := range list {
+					migCard[in.UUID] = card
+				}
+			}
 		}
 	}
 	for i := range list.Items {
@@ -443,6 +532,22 @@ func (w *soakWorld) check() string {
 			for _, card := range c.Cards {
 				if owner[card.UUID] != p.Spec.NodeName {
 					return fmt.Sprintf("pod %s on %s holds card %s of node %q", p.Name, p.Spec.NodeName, card.UUID, owner[card.UUID])
+				}
+				if card.IsMIG() {
+					migHeld[card.MIG]++
+					w.stats.MIGHeld++
+					switch {
+					case migCard[card.MIG] != card.UUID:
+						return fmt.Sprintf("pod %s holds MIG device %s on card %s, whose layout lacks it", p.Name, card.MIG, card.UUID)
+					case migHeld[card.MIG] > 1:
+						return fmt.Sprintf("MIG device %s is held by %d pods", card.MIG, migHeld[card.MIG])
+					case p.Annotations[api.AnnotationMIGProfile] == "":
+						return fmt.Sprintf("pod %s holds MIG device %s without asking for a profile", p.Name, card.MIG)
+					}
+					continue
+				}
+				if migMode[card.UUID] {
+					return fmt.Sprintf("pod %s shares card %s, which is in MIG mode", p.Name, card.UUID)
 				}
 				u := cards[card.UUID]
 				if u == nil {

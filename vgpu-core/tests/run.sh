@@ -129,6 +129,25 @@ for s in edge apis; do
     TESSERA_VISIBLE_UUIDS=GPU-0a0b0c0d-0000-4000-8000-000000000007 TESSERA_MEMORY_LIMIT_MIB=1024 \
     EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
 done
+# A container given one MIG device: the driver shows the instance as its only CUDA device, with the
+# instance's memory; cuDeviceGetUuid_v2 reports the MIG device's UUID (v1 its parent card's), and the
+# agent lists that MIG UUID. The limit applies to the instance, also as NVML reports it.
+MIGU=MIG-0a0b0c0d-0001-4000-8000-000000000003
+mkdir -p "$TMP/migdir" && echo "$MIGU 4096 60 GPU-0a0b0c0d-0000-4000-8000-000000000003" >"$TMP/migdir/3"
+for s in edge apis report; do
+  run "memory/$s on a MIG device listed by its MIG UUID (4 GiB instance, 1 GiB limit)" env \
+    TESSERA_STUB_DEVICE_DIR="$TMP/migdir" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.mig$s" \
+    TESSERA_VISIBLE_UUIDS=$MIGU TESSERA_MEMORY_LIMIT_MIB=1024 EXPECT_LIMIT=$GIB EXPECT_HOOKED=1 "$T/t_memory" $s
+done
+run "memory/edge on a MIG device given whole: the limit is the instance's memory (4 GiB)" env \
+  TESSERA_STUB_DEVICE_DIR="$TMP/migdir" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.migwhole" \
+  TESSERA_VISIBLE_UUIDS=$MIGU TESSERA_MEMORY_LIMIT_MIB=4096 EXPECT_LIMIT=$((4 * GIB)) EXPECT_HOOKED=1 \
+  "$T/t_memory" edge
+expect_log "memory: a MIG device other than the container's is refused, naming it as a MIG device" \
+  "CUDA device 0 is MIG device $MIGU, which is not in TESSERA_VISIBLE_UUIDS" env \
+  TESSERA_STUB_DEVICE_DIR="$TMP/migdir" LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.migother" \
+  TESSERA_VISIBLE_UUIDS=MIG-0a0b0c0d-0002-4000-8000-000000000003 TESSERA_MEMORY_LIMIT_MIB=1024 \
+  "$T/t_memory" refuse-all
 expect_log "memory: a device that is not one of the container's cards is refused, naming its UUID" \
   "CUDA device 0 is $UUID1, which is not in TESSERA_VISIBLE_UUIDS" env TESSERA_STUB_DEVICES=2 "${STUBENV[@]}" \
   LD_PRELOAD="$PRE" TESSERA_SHARED_REGION="$TMP/region.unlisted" TESSERA_VISIBLE_UUIDS=$UUID0 \

@@ -146,13 +146,15 @@ static void test_report(void)
     nvmlDevice_t d;
     nvmlMemory_t m;
     nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
-    /* NVML indices are the node's, not CUDA ordinals (CUDA_VISIBLE_DEVICES): find the card by UUID. */
-    CUuuid u;
+    /* NVML indices are the node's, not CUDA ordinals (CUDA_VISIBLE_DEVICES): find the card by UUID. On a
+     * MIG device _v2 gives the instance's own UUID, which NVML names MIG-, and v1 its parent card's. */
+    CUuuid u, v1;
     char uuid[96];
     const unsigned char *b = (const unsigned char *)u.bytes;
-    CHECK(cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS, "uuid");
-    snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    CHECK(cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS && cuDeviceGetUuid(&v1, dev) == CUDA_SUCCESS, "uuid");
+    snprintf(uuid, sizeof uuid, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             memcmp(u.bytes, v1.bytes, sizeof u.bytes) ? "MIG" : "GPU", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+             b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
     CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByUUID(uuid, &d) == NVML_SUCCESS, "nvml %s", uuid);
     CHECK(nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS && m.total == limit && m.used == 100 * MIB &&
               m.free == limit - 100 * MIB,

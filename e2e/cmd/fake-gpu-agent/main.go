@@ -6,7 +6,8 @@
 // [--toolkit-driver-dir=DIR --toolkit-lib-dir=DIR] [--metrics-auth=kubernetes|none] [vgpu-device-plugin flags...]
 //
 // Shapes: dgxa100 (8x A100-SXM4-40GB, NVSwitch, 2 NUMA nodes), a30x4 (4x A30 on 2 NUMA
-// nodes, NVLink pairs), l40sxN (N x L40S). Card UUIDs are derived from the node name so
+// nodes, NVLink pairs), l40sxN (N x L40S), h100migx2 (2x H100 80GB in MIG mode, their
+// instances created at start: see h100MIG). Card UUIDs are derived from the node name so
 // that they are unique across nodes and stable across restarts of the agent: GPU-<node>-<index>,
 // or with --driver-uuids in the driver's own form (driverUUID), which vgpu-core parses. With
 // --fault-dir, a file xid-<index> holding an XID number makes that card report the XID
@@ -149,8 +150,34 @@ func NewMachine(shape, node string, driverUUIDs bool) (nvml.Interface, error) {
 			return nil, fmt.Errorf("machine %q: want l40sx1..l40sx64", shape)
 		}
 		return renamed(nvmlfake.Cards(n), uuid), nil
+	case shape == "h100migx2":
+		m, err := h100MIG()
+		if err != nil {
+			return nil, fmt.Errorf("machine %s: %w", shape, err)
+		}
+		return renamed(m, uuid), nil
 	}
-	return nil, fmt.Errorf("unknown machine %q (dgxa100, a30x4, l40sxN)", shape)
+	return nil, fmt.Errorf("unknown machine %q (dgxa100, a30x4, l40sxN, h100migx2)", shape)
+}
+
+// h100MIG is two H100 80GB in MIG mode laid out as an administrator would have with
+// nvidia-smi before the agent starts: card 0 split into two 3g.40gb, card 1 into a
+// 3g.40gb and four 1g.10gb (memory slices 0 to 3).
+func h100MIG() (*nvmlfake.Machine, error) {
+	m := nvmlfake.MIGCards(nvmlfake.H100SXM5x80GB(), nvmlfake.H100SXM5x80GB())
+	for _, in := range []struct {
+		card    int
+		profile string
+		start   int
+	}{
+		{0, "3g.40gb", 0}, {0, "3g.40gb", 4},
+		{1, "3g.40gb", 4}, {1, "1g.10gb", 0}, {1, "1g.10gb", 1}, {1, "1g.10gb", 2}, {1, "1g.10gb", 3},
+	} {
+		if _, err := m.CreateMIGDevice(in.card, in.profile, in.start); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // driverUUID is card i's UUID in the driver's form, GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx:

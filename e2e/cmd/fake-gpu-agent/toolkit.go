@@ -78,9 +78,75 @@ func writeToolkitSpec(dir string, lib nvml.Interface, drv *Driver) error {
 				Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}}}
 		}
 		s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(i), ContainerEdits: edits}, specs.Device{Name: uuid, ContainerEdits: edits})
+		migs, err := migDevices(d, i, uuid, node, drv)
+		if err != nil {
+			return err
+		}
+		s.Devices = append(s.Devices, migs...)
 	}
 	_, err := cdi.Write(dir, s)
 	return err
+}
+
+// migDevices lists a card's MIG devices as the toolkit names them: "<card>:<MIG index>"
+// and the MIG device's own UUID (both of its default naming strategies), each with the
+// card's device node. The real toolkit also adds the instance's capability nodes under
+// /dev/nvidia-caps, which no harness runtime needs. With a driver, each MIG device is a
+// stub card file of its own ("MIG-<uuid> MEMORY_MIB SMS GPU-<parent>"), so a container
+// given it sees one CUDA device of the instance's size. A card not in MIG mode has none.
+func migDevices(d nvml.Device, i int, parent string, node func(string) *specs.DeviceNode, drv *Driver) ([]specs.Device, error) {
+	if mode, _, ret := d.GetMigMode(); ret != nvml.SUCCESS || mode != nvml.DEVICE_MIG_ENABLE {
+		return nil, nil
+	}
+	n, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("device %d MIG device count: %v", i, ret)
+	}
+	var out []specs.Device
+	for j := 0; j < n; j++ {
+		md, ret := d.GetMigDeviceHandleByIndex(j)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("device %d MIG device %d: %v", i, j, ret)
+		}
+		uuid, ret := md.GetUUID()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("device %d MIG device %d UUID: %v", i, j, ret)
+		}
+		edits := specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{node("/dev/nvidia" + strconv.Itoa(i))}}
+		if drv != nil {
+			name := fmt.Sprintf("%d-mig-%d", i, j)
+			card, err := writeStubMIG(drv.HostDir, name, uuid, parent, md)
+			if err != nil {
+				return nil, err
+			}
+			// Named by its card's index: a container gets one device per card.
+			edits.Mounts = []*specs.Mount{{HostPath: card, ContainerPath: filepath.Join(stubCardDir, strconv.Itoa(i)),
+				Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}}}
+		}
+		out = append(out, specs.Device{Name: fmt.Sprintf("%d:%d", i, j), ContainerEdits: edits}, specs.Device{Name: uuid, ContainerEdits: edits})
+	}
+	return out, nil
+}
+
+// writeStubMIG writes the stub driver's file for a MIG device: its UUID, memory in MiB,
+// SM count and parent card's UUID.
+func writeStubMIG(hostDir, name, uuid, parent string, md nvml.Device) (string, error) {
+	mem, ret := md.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("MIG device %s memory: %v", uuid, ret)
+	}
+	attrs, ret := md.GetAttributes()
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("MIG device %s attributes: %v", uuid, ret)
+	}
+	path := filepath.Join(hostDir, "cards", name)
+	if err := os.WriteFile(path, fmt.Appendf(nil, "%s %d %d %s\n", uuid, mem.Total>>20, attrs.MultiprocessorCount, parent), 0o644); err != nil {
+		return "", fmt.Errorf("stub MIG device %s: %w", uuid, err)
+	}
+	return path, nil
 }
 
 // writeStubCard writes the stub driver's file for card i: its UUID and memory in MiB.

@@ -1,6 +1,7 @@
 package nvmlfake
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -334,4 +335,73 @@ func (c *migCard) overlaps(start, size int) bool {
 		}
 	}
 	return false
+}
+
+// CreateMIGDevice creates on card i a GPU instance of the named profile at memory slice
+// start, with one compute instance spanning it, through the card's own NVML calls (so
+// placement rules, counts and injected faults apply), and returns the MIG device's UUID.
+func (m *Machine) CreateMIGDevice(i int, profile string, start int) (string, error) {
+	if i < 0 || i >= len(m.Devices) || m.mig[i] == nil {
+		return "", fmt.Errorf("card %d is not a MIG-capable card of this machine", i)
+	}
+	p, ok := m.mig[i].model.ProfileByName(profile)
+	if !ok {
+		return "", fmt.Errorf("card %d (%s) has no MIG profile %q", i, m.mig[i].model.Name, profile)
+	}
+	d := m.Devices[i]
+	info, ret := d.GetGpuInstanceProfileInfo(p.ID)
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("profile %s: %v", profile, ret)
+	}
+	gi, ret := d.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(p.Size)})
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("create %s at slice %d: %v", profile, start, ret)
+	}
+	ciID, _ := computeProfileID(p.Slices)
+	ciInfo, ret := gi.GetComputeInstanceProfileInfo(ciID, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("compute profile of %s: %v", profile, ret)
+	}
+	ci, ret := gi.CreateComputeInstance(&ciInfo)
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("create the compute instance of %s at slice %d: %v", profile, start, ret)
+	}
+	return ci.(*computeInstance).uuid, nil
+}
+
+// DestroyMIGDevice destroys the MIG device with this UUID and its GPU instance (its
+// compute instances first), through their own NVML calls, as an administrator running
+// nvidia-smi would.
+func (m *Machine) DestroyMIGDevice(uuid string) error {
+	m.mu.Lock()
+	var gi *gpuInstance
+	for _, c := range m.mig {
+		if c == nil {
+			continue
+		}
+		for _, g := range c.gis {
+			for _, ci := range g.cis {
+				if ci.uuid == uuid {
+					gi = g
+				}
+			}
+		}
+	}
+	var cis []*computeInstance
+	if gi != nil {
+		cis = append(cis, gi.cis...)
+	}
+	m.mu.Unlock()
+	if gi == nil {
+		return fmt.Errorf("no MIG device %s on this machine", uuid)
+	}
+	for _, ci := range cis {
+		if ret := ci.Destroy(); ret != nvml.SUCCESS {
+			return fmt.Errorf("destroy a compute instance of %s: %v", uuid, ret)
+		}
+	}
+	if ret := gi.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("destroy the GPU instance of %s: %v", uuid, ret)
+	}
+	return nil
 }

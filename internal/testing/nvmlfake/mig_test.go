@@ -181,3 +181,36 @@ func TestInjectedFaultFiresOnceOnTheChosenCall(t *testing.T) {
 		t.Fatalf("%d GPU instances, want 2", n)
 	}
 }
+
+// The helpers that lay out a card for other packages' tests go through the card's own
+// NVML calls: what they create is what NVML lists, and NVML's rules still apply.
+func TestCreateAndDestroyMIGDevicesByProfileName(t *testing.T) {
+	m := MIGCards(H100SXM5x80GB())
+	big, err := m.CreateMIGDevice(0, "3g.40gb", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := m.CreateMIGDevice(0, "1g.10gb", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateMIGDevice(0, "3g.40gb", 4); err == nil || !strings.Contains(err.Error(), "ERROR_INSUFFICIENT_RESOURCES") {
+		t.Errorf("a second 3g.40gb on the same slices: err = %v, want NVML's insufficient resources", err)
+	}
+	if _, err := m.CreateMIGDevice(0, "9g.99gb", 0); err == nil || !strings.Contains(err.Error(), `no MIG profile "9g.99gb"`) {
+		t.Errorf("an unknown profile: err = %v", err)
+	}
+	got := m.MIGInstances(0)
+	if len(got) != 2 || got[0].UUID != big || got[1].UUID != small || got[0].Profile != "3g.40gb" || got[1].Start != 0 {
+		t.Fatalf("instances %+v, want the 3g.40gb %s and the 1g.10gb %s", got, big, small)
+	}
+	if err := m.DestroyMIGDevice(big); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.MIGInstances(0); len(got) != 1 || got[0].UUID != small || m.MIGGPUInstances(0) != 1 {
+		t.Fatalf("after destroying %s: %+v", big, got)
+	}
+	if err := m.DestroyMIGDevice(big); err == nil {
+		t.Error("destroying a MIG device twice succeeded")
+	}
+}

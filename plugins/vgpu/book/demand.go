@@ -23,9 +23,14 @@ type capacitySums struct {
 }
 
 // taskDemand bounds a request from below: percentage memory is priced at the
-// smallest card, so a job refused on these figures can never fit.
+// smallest card, so a job refused on these figures can never fit. A request for whole
+// MIG instances takes nothing from the shared cards these figures sum (MIG cards are
+// not among them), so its bound is zero: the predicate judges it on the instances.
 func taskDemand(r *placement.Request, smallestMiB int64) Demand {
 	var d Demand
+	if r.Options.MIGProfile != "" {
+		return d
+	}
 	for _, c := range r.Containers {
 		mem := c.MemoryMiB
 		if mem == 0 {

@@ -42,9 +42,9 @@ bool tessera_uuid_parse(const char *s, unsigned char out[16])
     return n == 32 && *s == '\0';
 }
 
-void tessera_uuid_format(const unsigned char b[16], char *out, size_t len)
+void tessera_uuid_format(const char *prefix, const unsigned char b[16], char *out, size_t len)
 {
-    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+    snprintf(out, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, b[0], b[1],
              b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
@@ -64,22 +64,32 @@ static int resolve(CUdevice dev)
 {
     if (tessera.cfg.uuid_count == 0)
         return dev < TESSERA_MAX_CARDS ? dev : TESSERA_CARD_UNLISTED;
-    CUuuid u;
+    CUuuid u, v1;
     int card = -1;
-    bool got = false;
+    bool got = false, got2 = false;
     if (tessera_cuda.cuDeviceGetUuid_v2 && tessera_cuda.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS) {
-        got = true;
+        got = got2 = true;
         card = listed_card(&u);
     }
-    if (card < 0 && tessera_cuda.cuDeviceGetUuid && tessera_cuda.cuDeviceGetUuid(&u, dev) == CUDA_SUCCESS) {
+    if (card < 0 && tessera_cuda.cuDeviceGetUuid && tessera_cuda.cuDeviceGetUuid(&v1, dev) == CUDA_SUCCESS) {
+        /* A MIG device: _v2 gives the instance's own UUID, v1 its parent card's. */
+        bool mig = got2 && memcmp(u.bytes, v1.bytes, sizeof u.bytes) != 0;
+        card = listed_card(&v1);
+        if (card < 0 && mig) {
+            char s[64];
+            tessera_uuid_format("MIG", (const unsigned char *)u.bytes, s, sizeof s);
+            TLOG(TLOG_ERROR, "CUDA device %d is MIG device %s, which is not in TESSERA_VISIBLE_UUIDS: allocations on "
+                 "it are refused (the container was not assigned this MIG device; check NVIDIA_VISIBLE_DEVICES)", dev, s);
+            return TESSERA_CARD_UNLISTED;
+        }
         got = true;
-        card = listed_card(&u);
+        u = v1;
     }
     if (!got)
         return UNKNOWN;
     if (card < 0) {
         char s[64];
-        tessera_uuid_format((const unsigned char *)u.bytes, s, sizeof s);
+        tessera_uuid_format("GPU", (const unsigned char *)u.bytes, s, sizeof s);
         TLOG(TLOG_ERROR, "CUDA device %d is %s, which is not in TESSERA_VISIBLE_UUIDS: allocations on it are "
              "refused (the container was not assigned this card; check NVIDIA_VISIBLE_DEVICES)", dev, s);
         return TESSERA_CARD_UNLISTED;

@@ -23,6 +23,6 @@ int tessera_current_card(void);
 void tessera_cards_after_fork(void);
 
 bool tessera_uuid_parse(const char *s, unsigned char out[16]);
-void tessera_uuid_format(const unsigned char b[16], char *out, size_t len);
+void tessera_uuid_format(const char *prefix, const unsigned char b[16], char *out, size_t len);
 
 #endif

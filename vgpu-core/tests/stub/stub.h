@@ -7,7 +7,8 @@
  *   TESSERA_STUB_MEMORY_MIB   comma list or single value, memory per card (default 16384)
  *   TESSERA_STUB_SMS          comma list or single value, SMs per card (default 80)
  *   TESSERA_STUB_DEVICE_DIR   the cards as a container was given them instead of the three above: one
- *                             file per card named by its index, "UUID MEMORY_MIB [SMS]" (stub_visible.c)
+ *                             file per card named by its index, "UUID MEMORY_MIB [SMS]", or a MIG device,
+ *                             "MIG-<uuid> MEMORY_MIB SMS GPU-<parent>" (stub_visible.c)
  *   TESSERA_STUB_QUEUE_MS     launches block while more than this much of the process's work is
  *                             queued (default 20)
  *   TESSERA_STUB_CARDS_FILE   file holding the simulated cards: every process mapping it shares them

@@ -224,13 +224,18 @@ API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
     NEED_INIT();
     if (phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    stub_uuid_bytes(phys(d), (unsigned char *)u->bytes);
+    stub_uuid_v1_bytes(phys(d), (unsigned char *)u->bytes);
     return CUDA_SUCCESS;
 }
 
+/* _v2 names a MIG device by its own UUID (CUDA 11.4+); v1 by its parent card's. */
 API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 {
-    return cuDeviceGetUuid(u, d);
+    NEED_INIT();
+    if (phys(d) < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    stub_uuid_bytes(phys(d), (unsigned char *)u->bytes);
+    return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)

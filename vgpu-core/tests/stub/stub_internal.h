@@ -19,9 +19,13 @@ struct ctx {
 };
 
 /* The UUID of physical card phys: the card's own from TESSERA_STUB_DEVICE_DIR, else
- * GPU-7e55e7a0-…-0000000000<phys in hex>. */
+ * GPU-7e55e7a0-…-0000000000<phys in hex>. For a MIG device of the directory this is the
+ * MIG device's own UUID (cuDeviceGetUuid_v2), and its string starts with MIG-. */
 void stub_uuid_bytes(int phys, unsigned char out[16]);
 void stub_uuid_string(int phys, char *buf, size_t len);
+/* What cuDeviceGetUuid (v1) reports: the parent card's UUID for a MIG device, else the
+ * card's own. */
+void stub_uuid_v1_bytes(int phys, unsigned char out[16]);
 
 /* The cards of TESSERA_STUB_DEVICE_DIR, in index order (stub_visible.c); -1 when it is unset. */
 #define STUB_MAX_DIR_CARDS 16
@@ -29,6 +33,8 @@ struct stub_dir_card {
     unsigned char uuid[16];
     uint64_t memory_mib;
     unsigned sms;
+    int mig;                   /* a MIG device ("MIG-<uuid> MEMORY_MIB SMS GPU-<parent>") */
+    unsigned char parent[16];  /* its parent card's UUID */
 };
 int stub_dir_cards(const struct stub_dir_card **cards);
 /* Fills vis[ordinal] = physical card from CUDA_VISIBLE_DEVICES; returns the number of ordinals. */

@@ -9,6 +9,10 @@
  * driver: the driver sees only the cards the container was given. Each card is a file of the
  * directory (mounted per card by the end-to-end harness's toolkit spec) holding its UUID and memory;
  * with it set, the stub's cards are those files and nothing else (none when it holds none).
+ * A file may hold a MIG device instead: "MIG-<uuid> MEMORY_MIB SMS GPU-<parent uuid>". Like the
+ * real driver in a container given one MIG device, the stub then shows one CUDA device with the
+ * instance's memory and SMs; cuDeviceGetUuid_v2 reports the MIG device's own UUID and
+ * cuDeviceGetUuid (v1) the parent card's, and CUDA_VISIBLE_DEVICES may name it by its MIG UUID.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -39,10 +43,10 @@ static int by_index(const struct dirent **a, const struct dirent **b)
     return (x > y) - (x < y);
 }
 
-/* "GPU-" and 32 hex digits (dashes anywhere) into 16 bytes; 0 on success. */
-static int parse_uuid(const char *s, unsigned char out[16])
+/* prefix ("GPU-" or "MIG-") and 32 hex digits (dashes anywhere) into 16 bytes; 0 on success. */
+static int parse_uuid(const char *s, const char *prefix, unsigned char out[16])
 {
-    if (strncmp(s, "GPU-", 4) != 0)
+    if (strncmp(s, prefix, 4) != 0)
         return -1;
     int n = 0;
     for (s += 4; *s && n < 32; s++) {
@@ -58,7 +62,18 @@ static int parse_uuid(const char *s, unsigned char out[16])
 }
 
 /* One file per card, named by the card's index on its machine (the order the cards take here):
- * "UUID MEMORY_MIB [SMS]". A file that does not parse is left out, with a message. */
+ * "GPU-<uuid> MEMORY_MIB [SMS]" or "MIG-<uuid> MEMORY_MIB SMS GPU-<parent>". A file that does not
+ * parse is left out, with a message. */
+static int parse_card(const char *uuid, const char *parent, int got, struct stub_dir_card *c)
+{
+    if (parse_uuid(uuid, "GPU-", c->uuid) == 0) {
+        c->mig = 0;
+        return got <= 3 ? 0 : -1;
+    }
+    c->mig = 1;
+    return got == 4 && parse_uuid(uuid, "MIG-", c->uuid) == 0 && parse_uuid(parent, "GPU-", c->parent) == 0 ? 0 : -1;
+}
+
 static void read_dir(void)
 {
     const char *dir = getenv("TESSERA_STUB_DEVICE_DIR");
@@ -72,22 +87,22 @@ static void read_dir(void)
         return;
     }
     for (int i = 0; i < n; i++) {
-        char path[4096], uuid[64];
+        char path[4096], uuid[64], parent[64] = "";
         unsigned long long mib = 0;
         unsigned sms = 0;
         snprintf(path, sizeof path, "%s/%s", dir, ents[i]->d_name);
         FILE *f = fopen(path, "re");
         struct stub_dir_card *c = &dir_cards[dir_n];
-        int got = f ? fscanf(f, "%63s %llu %u", uuid, &mib, &sms) : 0;
+        int got = f ? fscanf(f, "%63s %llu %u %63s", uuid, &mib, &sms, parent) : 0;
         if (f)
             fclose(f);
-        if (dir_n < STUB_MAX_DIR_CARDS && got >= 2 && mib > 0 && parse_uuid(uuid, c->uuid) == 0) {
+        if (dir_n < STUB_MAX_DIR_CARDS && got >= 2 && mib > 0 && parse_card(uuid, parent, got, c) == 0) {
             c->memory_mib = mib;
             c->sms = sms ? sms : 80;
             dir_n++;
         } else {
-            fprintf(stderr, "stub driver: %s: want \"GPU-<uuid> MEMORY_MIB [SMS]\" (at most %d cards); left out\n",
-                    path, STUB_MAX_DIR_CARDS);
+            fprintf(stderr, "stub driver: %s: want \"GPU-<uuid> MEMORY_MIB [SMS]\" or \"MIG-<uuid> MEMORY_MIB SMS "
+                    "GPU-<parent>\" (at most %d cards); left out\n", path, STUB_MAX_DIR_CARDS);
         }
         free(ents[i]);
     }
@@ -114,11 +129,23 @@ void stub_uuid_bytes(int phys, unsigned char out[16])
     out[15] = (unsigned char)phys;
 }
 
+void stub_uuid_v1_bytes(int phys, unsigned char out[16])
+{
+    const struct stub_dir_card *cards;
+    if (stub_dir_cards(&cards) >= 0 && cards[phys].mig) {
+        memcpy(out, cards[phys].parent, 16);
+        return;
+    }
+    stub_uuid_bytes(phys, out);
+}
+
 void stub_uuid_string(int phys, char *buf, size_t len)
 {
     unsigned char b[16];
+    const struct stub_dir_card *cards;
+    const char *prefix = stub_dir_cards(&cards) >= 0 && cards[phys].mig ? "MIG" : "GPU";
     stub_uuid_bytes(phys, b);
-    snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+    snprintf(buf, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, b[0], b[1], b[2],
              b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
@@ -130,7 +157,7 @@ static int entry_card(const char *e, int ndev)
         long v = strtol(e, &end, 10);
         return *end == '\0' && v < ndev ? (int)v : -1;
     }
-    if (strncmp(e, "GPU-", 4) != 0 || strlen(e) < 5)
+    if ((strncmp(e, "GPU-", 4) != 0 && strncmp(e, "MIG-", 4) != 0) || strlen(e) < 5)
         return -1;
     int found = -1;
     for (int i = 0; i < ndev; i++) {
