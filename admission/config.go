@@ -4,6 +4,8 @@
 // with the scheduler's own message, and holds namespaces and queues to the QoS classes
 // and card shares an administrator allows. It also gives each vGPU pod the
 // memory-backed volume its containers keep their accounting regions on (region.go).
+// With QueueGate on, it creates vGPU pods behind a scheduling gate that the scheduler
+// lifts once their queue's card share admits them (gate.go).
 // The decisions are pure functions of the pod, its namespace's default queue and the
 // Config (decide.go); review.go is the thin adapter over admission/v1 AdmissionReview,
 // tls.go the serving certificate.
@@ -42,6 +44,11 @@ type Config struct {
 	Resources Resources `json:"resources,omitempty"`
 	// Limits restrict the QoS classes and card shares of vGPU pods.
 	Limits []Limit `json:"limits,omitempty"`
+	// QueueGate puts the scheduling gate QueueShareGate on every vGPU pod created, for
+	// the scheduler to remove once the pod's queue has room in its card share (off by
+	// default; docs/queues.md). A gated pod is not reported Unschedulable, so cluster
+	// autoscalers add no node for a pod only its queue's share holds back.
+	QueueGate bool `json:"queueGate,omitempty"`
 }
 
 // Resources are the resource names of a vGPU request, as in the scheduler's arguments.

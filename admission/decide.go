@@ -90,7 +90,8 @@ func (p *Policy) IsVGPU(pod *corev1.Pod) bool { return p.args.Resources.HasVGPUR
 // Mutate routes a vGPU pod being created to Volcano's scheduler and, unless it belongs
 // to a PodGroup already (a VolcanoJob's pods do), to a queue: the pod's own
 // PodQueueAnnotation, else its namespace's, else the configured default. It also gives
-// the pod its region volume, mounted in each vGPU container (region.go).
+// the pod its region volume, mounted in each vGPU container (region.go), and, with
+// QueueGate on, the scheduling gate QueueShareGate (gate.go).
 func (p *Policy) Mutate(r Review) Decision {
 	pod := r.Pod
 	if r.Operation != Create || !p.IsVGPU(pod) {
@@ -113,6 +114,9 @@ func (p *Policy) Mutate(r Review) Decision {
 		}
 	}
 	d.Patch = append(d.Patch, p.regionPatch(pod)...)
+	if p.cfg.QueueGate {
+		d.Patch = append(d.Patch, gatePatch(pod)...)
+	}
 	return d
 }
 

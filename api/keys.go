@@ -83,6 +83,10 @@ const (
 	AnnotationNUMABind = Prefix + "numa-bind"
 	// AnnotationQoS selects the service class: best-effort, fixed-share or burst-share.
 	AnnotationQoS = Prefix + "qos"
+	// SchedulingGateQueueShare is the scheduling gate (spec.schedulingGates, not an
+	// annotation) the admission webhook puts on vGPU pods with queueGate on; the vgpu
+	// scheduler plugin removes it once the pod's queue admits the pod's gang.
+	SchedulingGateQueueShare = Prefix + "queue-share"
 	// AnnotationMIGProfile asks for whole MIG instances of one profile, named as in
 	// AnnotationMIGInstances (e.g. "3g.40gb"): each vGPU container gets its
 	// volcano.sh/vgpu-number instances of that profile instead of shares of cards.

@@ -19,6 +19,7 @@
 //	allocate.go     EventHandler: cards booked and the assignment written (allocate), pipelines checked, rollbacks
 //	enqueue.go      JobEnqueueableFn: a gang kept out while the cards, or its queue's capability, cannot hold it
 //	queues.go       the queue share's hooks: shares read at open, QueueOrderFn, PreemptiveFn, their event handler
+//	gate.go         the queue gate: which gangs' gated pods their queue's share admits now; gate_patch.go removes it
 //	scheduler.go    Scheduler: what outlives a session (in-flight store, decoders, metrics, VolcanoJob watch); New, Register
 //	victims.go      ReclaimableFn and PreemptableFn: the fewest vGPU victims whose cards make the task fit
 //	cacheload.go    the session checked against the scheduler's informer: nodes and jobs it has not loaded sit out

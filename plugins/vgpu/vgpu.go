@@ -50,6 +50,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 		ssn.AddQueueOrderFn(PluginName, p.queueOrder)
 		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced, DeallocateFunc: p.onUnplaced})
 	}
+	p.openGates(ssn) // after the shares: which queue-gated pods may be scheduled (gate.go)
 
 	took := p.now().Sub(start)
 	p.metrics.open.Observe(took.Seconds())

@@ -21,6 +21,7 @@ agent's resource name; the other three are Volcano's. */}}
 {{- $names := .Values.scheduler.schedulerNames -}}
 {{- $conf := dict "version" "v1" "schedulerName" (default (first $names) $a.config.schedulerName) "schedulerNames" $names "defaultQueue" (default .Values.scheduler.defaultQueue $a.config.defaultQueue) "resources" (dict "number" .Values.devicePlugin.config.resourceName) -}}
 {{- if $a.config.limits -}}{{- $_ := set $conf "limits" $a.config.limits -}}{{- end -}}
+{{- if $a.config.queueGate -}}{{- $_ := set $conf "queueGate" true -}}{{- end -}}
 {{- toYaml $conf -}}
 {{- end -}}
 

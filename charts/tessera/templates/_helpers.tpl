@@ -144,6 +144,10 @@ conf text (generated or override) and the extra flags. Each is "true" or "". */}
 {{- define "tessera.schedulerUsesDeviceshare" -}}
 {{- if regexMatch "name:\\s*[\"']?deviceshare" (include "tessera.schedulerConf" .) -}}true{{- end -}}
 {{- end -}}
+{{- /* The scheduler patches pods for deviceshare, and to remove the queue gate the admission webhook puts on vGPU pods. */ -}}
+{{- define "tessera.schedulerPatchesPods" -}}
+{{- if or (include "tessera.schedulerUsesDeviceshare" .) (and .Values.admission.enabled .Values.admission.config.queueGate) -}}true{{- end -}}
+{{- end -}}
 {{- define "tessera.schedulerUsesDRA" -}}
 {{- if regexMatch "DynamicResourceAllocationEnable[\"']?\\s*:\\s*[\"']?(true|True)" (include "tessera.schedulerConf" .) -}}true{{- end -}}
 {{- end -}}

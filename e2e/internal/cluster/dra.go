@@ -1,22 +1,16 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -143,113 +137,16 @@ func (c *Cluster) DRADevices(ctx context.Context, node string) ([]resourcev1.Dev
 // claims, the scheduler may allocate claims. It installs the chart's DeviceClass too. The
 // returned function puts the harness's RBAC back and deletes the DeviceClass.
 func (c *Cluster) EnableDRA(ctx context.Context, schedulerConf string) (func() error, error) {
-	if c.Opts.ChartDir == "" {
-		return nil, errors.New("EnableDRA needs the chart (Options.ChartDir)")
-	}
-	render := func(args ...string) ([]map[string]any, error) {
-		out, err := c.helmTemplate(ctx, c.Opts.ChartDir, args...)
-		if err != nil {
-			return nil, err
-		}
-		var objs []map[string]any
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-		for {
-			var raw map[string]any
-			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-				return objs, nil
-			} else if err != nil {
-				return nil, err
-			}
-			if raw != nil {
-				objs = append(objs, raw)
-			}
-		}
-	}
-	dra, err := render("--show-only", "templates/rbac.yaml", "--show-only", "templates/deviceclass.yaml",
+	restore, err := c.ApplyChartRBAC(ctx, []string{"templates/deviceclass.yaml"},
 		"--set", "devicePlugin.config.cardAPI=dra", "--set-file", "scheduler.conf.override="+schedulerConf)
 	if err != nil {
 		return nil, err
 	}
-	before := []string{"--show-only", "templates/rbac.yaml"}
-	if c.Opts.SchedulerConf != "" {
-		before = append(before, "--set-file", "scheduler.conf.override="+c.Opts.SchedulerConf)
-	}
-	harness, err := render(before...)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range dra {
-		if err := c.applyObject(ctx, o); err != nil {
-			return nil, err
-		}
-	}
 	return func() error {
-		for _, o := range harness {
-			if err := c.applyObject(ctx, o); err != nil {
-				return err
-			}
-		}
-		err := c.Client.ResourceV1().DeviceClasses().Delete(context.Background(), DRADriver, metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			err = nil
+		err := restore()
+		if derr := c.Client.ResourceV1().DeviceClasses().Delete(context.Background(), DRADriver, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) && err == nil {
+			err = derr
 		}
 		return err
 	}, nil
-}
-
-// applyObject creates or replaces one of the cluster-wide RBAC objects or the DeviceClass
-// the chart renders; other kinds are created as createObject does.
-func (c *Cluster) applyObject(ctx context.Context, raw map[string]any) error {
-	doc, err := json.Marshal(raw)
-	if err != nil {
-		return err
-	}
-	kind, _ := raw["kind"].(string)
-	switch kind {
-	case "ClusterRole":
-		var o rbacv1.ClusterRole
-		if err := json.Unmarshal(doc, &o); err != nil {
-			return err
-		}
-		cur, err := c.Client.RbacV1().ClusterRoles().Get(ctx, o.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = c.Client.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
-			return err
-		} else if err != nil {
-			return err
-		}
-		cur.Rules = o.Rules
-		_, err = c.Client.RbacV1().ClusterRoles().Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	case "Role":
-		var o rbacv1.Role
-		if err := json.Unmarshal(doc, &o); err != nil {
-			return err
-		}
-		cur, err := c.Client.RbacV1().Roles(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = c.Client.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-			return err
-		} else if err != nil {
-			return err
-		}
-		cur.Rules = o.Rules
-		_, err = c.Client.RbacV1().Roles(o.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	case "DeviceClass":
-		var o resourcev1.DeviceClass
-		if err := json.Unmarshal(doc, &o); err != nil {
-			return err
-		}
-		_, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, &o, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
-		}
-		return err
-	}
-	err = c.createObject(ctx, raw)
-	if apierrors.IsAlreadyExists(errors.Unwrap(err)) {
-		return nil
-	}
-	return err
 }
