@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
@@ -159,7 +158,7 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 		}
 		if p.Spec.NodeName != "" {
 			if cs, _, ok, err := s.podAssignment(p); ok && err == nil {
-				l.held = l.held.Add(fairshare.Assigned(cs, p.Annotations[api.AnnotationMIGProfile]))
+				l.held = l.held.Add(fairshare.Assigned(cs))
 				l.bound++
 			}
 			continue

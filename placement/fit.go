@@ -207,11 +207,14 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 		return reject(ReasonUnhealthy, rejectDetail{})
 	case c.Cordon != nil:
 		return reject(ReasonCordoned, rejectDetail{kind: detailCordoned, text: c.Cordon.Reason})
-	case c.MIG:
-		return reject(ReasonMIG, rejectDetail{})
 	}
 	if reason, d, refused := checkFilters(c, o); refused {
 		return reject(reason, d)
+	}
+	// After the pod's own filters: a card in MIG mode that the pod's filters exclude
+	// anyway is not one it aims at (the reason reported is the aimed-at node's).
+	if c.MIG {
+		return reject(ReasonMIG, rejectDetail{})
 	}
 	mem := memoryFor(&c.Card, cr)
 	switch {

@@ -236,3 +236,20 @@ func TestContainsFoldIgnoresCaseOnly(t *testing.T) {
 		}
 	}
 }
+
+// A pod pinned by UUID to a card elsewhere does not aim at a node's cards in MIG mode:
+// they are excluded by its filter first, so that node's refusal is not the one
+// reported for the pod (a pod pinned to an unhealthy card hears "unhealthy", not "in
+// MIG mode" from another node).
+func TestCardsInMIGModeThatThePodsFiltersExcludeAreNotTargeted(t *testing.T) {
+	node := testNode(api.Card{Healthy: true, MIG: true}, api.Card{Healthy: true, MIG: true})
+	r := req(api.PolicyBinpack, api.ContainerRequest{MemoryMiB: 1})
+	r.Options.UUIDInclude = []string{"GPU-elsewhere"}
+	_, err := FitPod(node, r)
+	if err == nil {
+		t.Fatal("a pod pinned to another card fits a node of MIG cards")
+	}
+	if got := err.Targeted(); got != 0 {
+		t.Errorf("Targeted() = %d on a node whose every card the pod's UUID filter excludes, want 0: %s", got, err.Detail())
+	}
+}

@@ -158,7 +158,7 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 		}
 		if p.Spec.NodeName != "" {
 			if cs, _, ok, err := (*api.Decoders)(nil).PodCards(p, snap.Args.Resources); ok && err == nil {
-				held[name] = held[name].Add(fairshare.Assigned(cs, p.Annotations[api.AnnotationMIGProfile]))
+				held[name] = held[name].Add(fairshare.Assigned(cs))
 				s.Running++
 			}
 			continue

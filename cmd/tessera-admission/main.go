@@ -144,6 +144,6 @@ func run(ctx context.Context, o *options, cfg *admission.Config) error {
 	queues := &admission.ListerQueues{Lister: listerscorev1.NewNamespaceLister(nsInformer.GetIndexer()), Client: core}
 	go nsInformer.Run(ctx.Done())
 	klog.InfoS("Admission webhook starting", "version", buildinfo.String(program), "schedulerName", cfg.SchedulerName,
-		"defaultQueue", cfg.DefaultQueue, "limits", len(cfg.Limits))
+		"defaultQueue", cfg.DefaultQueue, "limits", len(cfg.Limits), "queueGate", cfg.QueueGate)
 	return admission.Serve(ctx, o.listen, cert, admission.NewMux(admission.NewPolicy(*cfg), queues, nsInformer.HasSynced))
 }

@@ -22,7 +22,7 @@ import (
 // its SM limit 100. No instance goes to two pods.
 func TestMIGInstancesAreHandedOverWhole(t *testing.T) {
 	n := ns(t, "mig")
-	defer migCleanup(t, n)
+	defer cleanup(t, n) // its handoff check compares each container with its MIG device
 	one := []workload.Container{{Name: "main", Cards: 1}}
 	want := map[string]string{"big": "3g.40gb", "small": "1g.10gb"}
 	submit(t,
@@ -91,17 +91,4 @@ func TestMIGInstancesAreHandedOverWhole(t *testing.T) {
 		}
 		t.Logf("%s: %s instance %s of card %s, NVIDIA_VISIBLE_DEVICES=%s", p.Name, inst.Profile, card.MIG, card.UUID, r.Env["NVIDIA_VISIBLE_DEVICES"])
 	}
-}
-
-// migCleanup is cleanup without its handoff check, which compares the visible devices
-// with the assigned cards' UUIDs: a MIG container sees its MIG device instead (checked
-// above).
-func migCleanup(t *testing.T, namespace string) {
-	t.Helper()
-	ctx := context.Background()
-	_ = cl.Volcano.BatchV1alpha1().Jobs(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	if err := waitCollected(ctx, namespace, 2*time.Minute); err != nil {
-		t.Errorf("namespace %s: %v", namespace, err)
-	}
-	_ = cl.Client.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{})
 }

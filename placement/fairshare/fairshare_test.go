@@ -189,7 +189,7 @@ func TestCost(t *testing.T) {
 		t.Errorf("a percentage with no known card size costs %v MiB, want the 1 MiB floor", got.MemoryMiB)
 	}
 	as := []api.ContainerAssignment{{Name: "a", Cards: []api.CardAssignment{{UUID: "x", MemoryMiB: 500, Cores: 20}, {UUID: "y", MemoryMiB: 700, Cores: 20}}}}
-	if got, want := Assigned(as, ""), (Amount{MemoryMiB: 1200, Cores: 40}); got != want {
+	if got, want := Assigned(as), (Amount{MemoryMiB: 1200, Cores: 40}); got != want {
 		t.Errorf("Assigned = %v, want %v", got, want)
 	}
 }
@@ -220,25 +220,16 @@ func TestSpareLeavesOtherQueuesTheirEntitlement(t *testing.T) {
 // A MIG instance counts as its memory and its compute slices of seven: by the profile's
 // name while pending, with the instance's exact memory once placed; a profile that
 // does not read charges the whole card's cores rather than none.
-func TestMIGCosts(t *testing.T) {
-	for profile, want := range map[string][2]float64{
-		"3g.40gb": {40960, 300.0 / 7}, "7g.80gb": {81920, 100}, "1g.10gb+me": {10240, 100.0 / 7}, "1g.24gb-me": {24576, 100.0 / 7},
-		"": {0, 0}, "3g": {0, 0}, "xg.1gb": {0, 0}, "9g.1gb": {1024, 100},
-	} {
-		if mem, cores := MIGCost(profile); mem != want[0] || math.Abs(cores-want[1]) > 1e-9 {
-			t.Errorf("MIGCost(%q) = %v, %v; want %v", profile, mem, cores, want)
-		}
-	}
-	req := []api.ContainerRequest{{Cards: 2, MemoryPercent: 100, Cores: 100, MIGProfile: "3g.40gb"}}
-	if got := Requested(req, 81920); got.MemoryMiB != 2*40960 || math.Abs(got.Cores-600.0/7) > 1e-9 {
-		t.Errorf("Requested = %v", got)
+// Whole MIG instances are not charged to queues, before or after placement: only the
+// cards beside them count.
+func TestMIGInstancesCostNothingInTheQueueShares(t *testing.T) {
+	req := []api.ContainerRequest{{Cards: 2, MemoryPercent: 100, Cores: 100, MIGProfile: "3g.40gb"}, {Cards: 1, MemoryMiB: 1000, Cores: 20}}
+	if got, want := Requested(req, 81920), (Amount{MemoryMiB: 1000, Cores: 20}); got != want {
+		t.Errorf("Requested = %v, want %v (the MIG container free)", got, want)
 	}
 	held := []api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 40320, Cores: 100, MIG: "MIG-a"},
 		{UUID: "GPU-b", MemoryMiB: 1000, Cores: 20}}}}
-	if got := Assigned(held, "3g.40gb"); got.MemoryMiB != 41320 || math.Abs(got.Cores-(300.0/7+20)) > 1e-9 {
-		t.Errorf("Assigned = %v", got)
-	}
-	if got := Assigned(held, "bogus"); got.Cores != 120 {
-		t.Errorf("Assigned with an unreadable profile = %v, want the whole card's cores for the instance", got)
+	if got, want := Assigned(held), (Amount{MemoryMiB: 1000, Cores: 20}); got != want {
+		t.Errorf("Assigned = %v, want %v (the instance free)", got, want)
 	}
 }

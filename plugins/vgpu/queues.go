@@ -5,7 +5,6 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
-	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
@@ -33,7 +32,7 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 				if !ok || err != nil {
 					continue // the ledger logged it
 				}
-				s.Hold(q, task.UID, fairshare.Assigned(cs, task.Pod.Annotations[api.AnnotationMIGProfile]))
+				s.Hold(q, task.UID, fairshare.Assigned(cs))
 			case task.Status == vapi.Pending:
 				tr := p.request(task)
 				if tr == nil || tr.Err != nil {
@@ -106,7 +105,7 @@ func (p *vgpuPlugin) onPlaced(e *framework.Event) {
 	asked := p.shares.Cost(tr.Req.Containers)
 	held := asked
 	if containers, booked := p.ledger.Held(task.UID); booked {
-		held = fairshare.Assigned(containers, tr.Req.Options.MIGProfile)
+		held = fairshare.Assigned(containers)
 	}
 	p.shares.Place(task.UID, job.Queue, held, asked)
 }

@@ -7,7 +7,6 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
-	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
@@ -82,7 +81,7 @@ func (p *vgpuPlugin) pickVictims(evictor *vapi.TaskInfo, tr *book.TaskRequest, n
 		if !ok || err != nil {
 			continue
 		}
-		useful = append(useful, held{c, fairshare.Assigned(cs, c.Pod.Annotations[api.AnnotationMIGProfile])})
+		useful = append(useful, held{c, fairshare.Assigned(cs)})
 	}
 	sort.Slice(useful, func(i, j int) bool {
 		a, b := useful[i], useful[j]

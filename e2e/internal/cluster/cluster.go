@@ -33,7 +33,7 @@ import (
 // Node is one simulated GPU node.
 type Node struct {
 	Name string
-	// Machine is the fake-gpu-agent shape: dgxa100, a30x4, l40sxN.
+	// Machine is the fake-gpu-agent shape: dgxa100, a30x4, l40sxN, h100migx2 (MIG mode).
 	Machine string
 	Labels  map[string]string
 	// AgentArgs are extra vgpu-device-plugin flags for this node, after Options.AgentArgs.

@@ -51,11 +51,18 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 		if r.Node != p.Spec.NodeName {
 			fail("container %s: created on %s", ca.Name, r.Node)
 		}
-		want := map[string]string{}
+		// want is by the device the container sees: the card, or the MIG device of a whole
+		// instance; the kubelet's slots are the parent cards'.
+		want, parents := map[string]string{}, map[string]bool{}
 		var uuids []string
 		for _, c := range ca.Cards {
-			want[c.UUID] = fmt.Sprintf("%d/%d", c.MemoryMiB, smLimit(c.Cores))
-			uuids = append(uuids, c.UUID)
+			seen := c.UUID
+			if c.IsMIG() {
+				seen = c.MIG
+			}
+			want[seen] = fmt.Sprintf("%d/%d", c.MemoryMiB, smLimit(c.Cores))
+			uuids = append(uuids, seen)
+			parents[c.UUID] = true
 		}
 		for _, msg := range checkCards(r, uuids) {
 			fail("container %s: %s", ca.Name, msg)
@@ -85,10 +92,10 @@ func CheckHandoff(p corev1.Pod, h *Handed) []string {
 			uuid, _, _ := strings.Cut(id, "::")
 			slotCards[uuid] = true
 		}
-		if len(slotCards) != len(want) || len(slots) != len(want) {
+		if len(slotCards) != len(parents) || len(slots) != len(want) {
 			fail("container %s: kubelet checkpoint slots %v for cards %v", ca.Name, slots, keys(want))
 		}
-		for u := range want {
+		for u := range parents {
 			if !slotCards[u] {
 				fail("container %s: kubelet checkpoint slots %v miss card %s", ca.Name, slots, u)
 			}

@@ -81,9 +81,8 @@ func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.Card
 
 // CardTotals sums the schedulable memory and compute of every card that can take
 // vGPU tasks (healthy, not MIG, neither it nor its node cordoned), and the mean card
-// memory: the supply the queue shares divide. The MIG instances of healthy,
-// uncordoned cards in MIG mode add what a queue is charged for them
-// (fairshare.MIGCost's cores, each instance's memory); they do not count in the mean.
+// memory: the supply the queue shares divide. Cards in MIG mode add nothing: whole
+// instances are not counted in the queue shares (fairshare.Requested says why).
 func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 	var total fairshare.Amount
 	var physical, cards int64
@@ -95,20 +94,6 @@ func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 		physical += c.MemoryMiB
 		cards++
 	})
-	for name, n := range l.nodes {
-		if l.cordoned[name] {
-			continue
-		}
-		for i := range n.Cards {
-			if c := &n.Cards[i]; c.Healthy && c.MIG && c.Cordon == nil {
-				for _, in := range c.MIGInstances {
-					_, cores := fairshare.MIGCost(in.Profile)
-					total.MemoryMiB += float64(in.MemoryMiB)
-					total.Cores += cores
-				}
-			}
-		}
-	}
 	if cards == 0 {
 		return total, 0
 	}
