@@ -30,7 +30,7 @@ type Holder struct {
 }
 
 // Ledger sums, for every card of every node, the assignments of the pods that are bound
-// and not finished. Keys are node/UUID.
+// and not finished. Keys are node/UUID; a whole MIG instance is keyed by its MIG UUID.
 func Ledger(ctx context.Context, c kubernetes.Interface) (map[string]*CardUse, []corev1.Pod, error) {
 	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -48,6 +48,21 @@ func Ledger(ctx context.Context, c kubernetes.Interface) (map[string]*CardUse, [
 		}
 		for _, card := range inv.Cards {
 			out[n.Name+"/"+card.UUID] = &CardUse{Node: n.Name, Card: card}
+		}
+		// Each MIG instance is a card of its own here (node/MIG-UUID), in MIG mode like its
+		// parent, of the instance's memory: a whole instance has one holder at most.
+		if raw := n.Annotations[api.AnnotationMIGInstances]; raw != "" {
+			m, err := api.DecodeMIGInstances(raw)
+			if err != nil {
+				return nil, nil, fmt.Errorf("node %s: %w", n.Name, err)
+			}
+			for parent, ins := range m.Cards {
+				healthy := out[n.Name+"/"+parent] != nil && out[n.Name+"/"+parent].Card.Healthy
+				for _, in := range ins {
+					out[n.Name+"/"+in.UUID] = &CardUse{Node: n.Name, Card: api.Card{UUID: in.UUID, MemoryMiB: in.MemoryMiB,
+						Healthy: healthy, MIG: true, Model: in.Profile}}
+				}
+			}
 		}
 	}
 	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -68,9 +83,13 @@ func Ledger(ctx context.Context, c kubernetes.Interface) (map[string]*CardUse, [
 		}
 		for _, ctr := range a.Containers {
 			for _, card := range ctr.Cards {
-				u := out[a.Node+"/"+card.UUID]
+				key := card.UUID
+				if card.IsMIG() {
+					key = card.MIG
+				}
+				u := out[a.Node+"/"+key]
 				if u == nil {
-					return nil, nil, fmt.Errorf("pod %s/%s: card %s is not on node %s", p.Namespace, p.Name, card.UUID, a.Node)
+					return nil, nil, fmt.Errorf("pod %s/%s: card %s is not on node %s", p.Namespace, p.Name, key, a.Node)
 				}
 				u.MemoryMiB += card.MemoryMiB
 				u.Cores += card.Cores
