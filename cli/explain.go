@@ -19,6 +19,9 @@ const (
 	ExplainPlaced     = "placed"       // the pod is bound already
 	ExplainFits       = "fits"         // at least one node's cards can take it now
 	ExplainNoNodeFits = "no-node-fits" // no node's cards can take it now
+	// ExplainDRA: the pod's cards come from ResourceClaims of Tessera's DRA driver, which
+	// Kubernetes' allocator places (added within cli.tessera.io/v1).
+	ExplainDRA = "dra"
 )
 
 // ExplainView is the vgpu plugin's verdict on a pod, node by node.
@@ -43,7 +46,15 @@ type ExplainView struct {
 	// ConfFindings: what in the scheduler's conf keeps the vgpu plugin from placing
 	// or reclaiming for it, or queues from taking their cards back.
 	ConfFindings []string `json:"confFindings,omitempty"`
+	// Claims are the pod's ResourceClaims of Tessera's DRA devices and their allocations;
+	// ClaimsUnknown says why they could not be read. Both added within cli.tessera.io/v1.
+	Claims        []PodClaimView `json:"claims,omitempty"`
+	ClaimsUnknown string         `json:"claimsUnknown,omitempty"`
 }
+
+// draReason is explain's word on a pod whose cards come from claims.
+const draReason = "the pod's cards come from ResourceClaims of DRA driver " + DRADriver + ": its node and card are chosen by " +
+	"Kubernetes' DRA allocator in Volcano's predicates plugin, not by the vgpu plugin, so no node-by-node verdict is given here"
 
 // RequestView is one container's vGPU request.
 type RequestView struct {
@@ -123,6 +134,12 @@ func (s *Snapshot) Explain(pod *corev1.Pod) *ExplainView {
 		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
 			v.Scheduler = strings.TrimSpace(c.Reason + ": " + c.Message)
 		}
+	}
+	v.Claims = s.podClaims(pod)
+	v.ClaimsUnknown = s.podClaimsUnknown(pod)
+	if !s.Args.Resources.HasVGPURequest(pod) && (len(v.Claims) > 0 || v.ClaimsUnknown != "") {
+		v.Status, v.Reason = ExplainDRA, draReason
+		return v
 	}
 	if !s.Args.Resources.HasVGPURequest(pod) {
 		v.Status, v.Reason = ExplainNoVGPU, "the pod requests no vGPU resources ("+string(s.Args.Resources.Number)+", ...): the vgpu plugin does not filter it"
@@ -208,6 +225,10 @@ func WriteExplain(w io.Writer, v *ExplainView) error {
 	if v.Scheduler != "" {
 		fmt.Fprintf(w, "  scheduler's last word: %s\n", v.Scheduler)
 	}
+	if v.ClaimsUnknown != "" {
+		fmt.Fprintf(w, "  claims: unknown: %s\n", v.ClaimsUnknown)
+	}
+	writeClaims(w, "  ", v.Claims)
 	if len(v.Containers) > 0 {
 		for _, c := range v.Containers {
 			if c.MIGProfile != "" {

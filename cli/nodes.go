@@ -22,9 +22,19 @@ type NodeView struct {
 	// Reason explains an unusable node in the scheduler's words.
 	Reason string `json:"reason,omitempty"`
 	// Source is where the cards were read from: tessera or hami.
-	Source    string     `json:"source,omitempty"`
-	Heartbeat string     `json:"heartbeat,omitempty"`
-	Cards     []CardView `json:"cards"`
+	Source string `json:"source,omitempty"`
+	// CardAPI is how the node's agent offers its cards to the kubelet, as it says in
+	// tessera.io/card-api: "dra" (DRA devices of driver vgpu.tessera.io, allocated by
+	// Kubernetes' allocator) or "device-plugin"; absent where the agent does not say
+	// (agents before the annotation, HAMi's device plugin): a device plugin. Added within
+	// cli.tessera.io/v1.
+	CardAPI string `json:"cardAPI,omitempty"`
+	// ClaimsUnknown says why the ResourceClaims could not be read, on a node that serves
+	// DRA devices: its cards' claimed memory and cores are then unknown, not zero. Added
+	// within cli.tessera.io/v1.
+	ClaimsUnknown string     `json:"claimsUnknown,omitempty"`
+	Heartbeat     string     `json:"heartbeat,omitempty"`
+	Cards         []CardView `json:"cards"`
 	// Problems are pods whose cards the scheduler cannot account.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -56,6 +66,10 @@ type CardView struct {
 	// annotation is absent or unreadable). Both added within cli.tessera.io/v1.
 	MIGInstances []MIGInstanceView `json:"migInstances,omitempty"`
 	MIGLayout    string            `json:"migLayout,omitempty"`
+	// Claims are the ResourceClaims allocated a share of the card (DRA nodes); their
+	// memory and cores are in UsedMemoryMiB and UsedCores, each is one of Tenants, and
+	// the pods they are reserved for are in Pods. Added within cli.tessera.io/v1.
+	Claims []ClaimOnCard `json:"claims,omitempty"`
 }
 
 // MIGInstanceView is one MIG instance and the pods that hold it (one, or none when
@@ -78,7 +92,11 @@ func (s *Snapshot) NodesView() []NodeView {
 	var out []NodeView
 	for _, st := range s.nodeStates() {
 		v := NodeView{Name: st.node.Name, Source: st.source, Heartbeat: st.node.Annotations[api.AnnotationHeartbeat],
-			Problems: st.problems, Cards: []CardView{}}
+			Problems: st.problems, Cards: []CardView{}, CardAPI: st.node.Annotations[api.AnnotationCardAPI]}
+		dra := servesDRA(st.node)
+		if dra && s.ClaimsUnread != "" {
+			v.ClaimsUnknown = s.ClaimsUnread
+		}
 		switch {
 		case st.err != nil:
 			v.Status, v.Reason = StatusUnusable, st.err.Error()
@@ -95,6 +113,15 @@ func (s *Snapshot) NodesView() []NodeView {
 					}
 				}
 				v.Cards = append(v.Cards, c)
+			}
+			if dra {
+				// As its ResourceSlice publishes it: no oversubscription.
+				for i := range v.Cards {
+					v.Cards[i].CapacityMiB = v.Cards[i].MemoryMiB
+				}
+			}
+			if v.ClaimsUnknown == "" {
+				s.addClaims(&v)
 			}
 		}
 		out = append(out, v)
@@ -125,21 +152,28 @@ func cardView(c *placement.CardState, tenants []Tenant) CardView {
 		}
 		return v
 	}
+	v.QoS = poolQoS(tenants)
+	return v
+}
+
+// poolQoS is the pool of a card's tenants: "exclusive" for a 100%-cores tenant, their
+// class when they share one, "mixed" when not, "" without tenants.
+func poolQoS(tenants []Tenant) string {
 	for _, t := range tenants {
 		if t.Cores == 100 {
-			v.QoS = "exclusive"
-			return v
+			return "exclusive"
 		}
 	}
-	if len(tenants) > 0 {
-		v.QoS = string(tenants[0].QoS)
-		for _, t := range tenants[1:] {
-			if string(t.QoS) != v.QoS {
-				v.QoS = "mixed"
-			}
+	if len(tenants) == 0 {
+		return ""
+	}
+	qos := string(tenants[0].QoS)
+	for _, t := range tenants[1:] {
+		if string(t.QoS) != qos {
+			return "mixed"
 		}
 	}
-	return v
+	return qos
 }
 
 func podList(ts []Tenant) string {

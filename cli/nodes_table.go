@@ -3,10 +3,13 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/tessera-gpu/tessera/api"
 )
 
 // nodeColumns are the columns of `tessera nodes`; Priority 1 only with -o wide.
@@ -31,10 +34,35 @@ func nodeColumns() []metav1.TableColumnDefinition {
 // nodesTable is the nodes view as kubectl's table: a row per card; a node without
 // usable cards gets one row with its status and why; a pod whose cards cannot be
 // accounted gets a row "!" under its node.
+//
+// When a node listed serves DRA devices, an API column after Node says each node's
+// card API (dp or dra), and a DRA node's cards show what its ResourceClaims consume:
+// memory used of the card's memory, cores, claims (no share limit: "N/-"), the pods the
+// claims are reserved for; "unknown" where the claims could not be read.
 func nodesTable(nodes []NodeView) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: nodeColumns()}
-	row := func(cells ...any) { t.Rows = append(t.Rows, metav1.TableRow{Cells: cells}) }
+	showAPI := false
 	for _, n := range nodes {
+		showAPI = showAPI || n.CardAPI == api.CardAPIDRA
+	}
+	if showAPI {
+		t.ColumnDefinitions = append(t.ColumnDefinitions[:1:1], append([]metav1.TableColumnDefinition{{Name: "API", Type: "string",
+			Description: "how the node's agent offers its cards: dp (device plugin) or dra (DRA devices)"}}, t.ColumnDefinitions[1:]...)...)
+	}
+	for _, n := range nodes {
+		row := func(cells ...any) { t.Rows = append(t.Rows, metav1.TableRow{Cells: cells}) }
+		if showAPI {
+			cardAPI := "dp"
+			switch {
+			case n.CardAPI == api.CardAPIDRA:
+				cardAPI = "dra"
+			case n.Status == StatusNoInventory:
+				cardAPI = "-"
+			}
+			row = func(cells ...any) {
+				t.Rows = append(t.Rows, metav1.TableRow{Cells: append([]any{cells[0], cardAPI}, cells[1:]...)})
+			}
+		}
 		source := dash(n.Source)
 		if n.Status != StatusReady {
 			row(n.Name, "-", "-", "-", "-", "-", "-", n.Status, "-", "-", "-", source, dash(n.Reason))
@@ -46,6 +74,10 @@ func nodesTable(nodes []NodeView) *metav1.Table {
 				migRows(row, n.Name, c, health, source)
 				continue
 			}
+			if n.CardAPI == api.CardAPIDRA {
+				draRow(row, n, c, health, source)
+				continue
+			}
 			row(n.Name, strconv.Itoa(c.Index), c.Model, fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB),
 				fmt.Sprintf("%d%%", c.UsedCores), fmt.Sprintf("%d/%d", c.Tenants, c.Shares), dash(c.QoS), health,
 				c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, podList(c.Pods))
@@ -55,6 +87,36 @@ func nodesTable(nodes []NodeView) *metav1.Table {
 		}
 	}
 	return t
+}
+
+// draRow is a DRA node's card: what its claims consume, or "unknown" where the claims
+// could not be read.
+func draRow(row func(...any), n NodeView, c CardView, health, source string) {
+	mem, cores, shares, qos, pods := fmt.Sprintf("%d/%d", c.UsedMemoryMiB, c.CapacityMiB), fmt.Sprintf("%d%%", c.UsedCores),
+		fmt.Sprintf("%d/-", c.Tenants), dash(c.QoS), claimPods(c)
+	if n.ClaimsUnknown != "" {
+		mem, cores, shares, qos, pods = fmt.Sprintf("unknown/%d", c.CapacityMiB), "unknown", "unknown", "unknown", "unknown"
+	}
+	row(n.Name, strconv.Itoa(c.Index), c.Model, mem, cores, shares, qos, health,
+		c.UUID, strconv.Itoa(c.NUMA), strconv.FormatInt(c.MemoryMiB, 10), source, pods)
+}
+
+// claimPods are the pods holding a DRA card, and each claim reserved for no pod as
+// "NAMESPACE/claim:NAME".
+func claimPods(c CardView) string {
+	var parts []string
+	for _, t := range c.Pods {
+		parts = append(parts, t.Namespace+"/"+t.Pod)
+	}
+	for _, cl := range c.Claims {
+		if len(cl.Pods) == 0 {
+			parts = append(parts, cl.Namespace+"/claim:"+cl.Name)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
 }
 
 // migRows are a card in MIG mode's rows: the card, with its instances held of all

@@ -27,6 +27,11 @@ type PodView struct {
 	// Handoff is tessera.io/handoff: pending, done or failed.
 	Handoff        string `json:"handoff,omitempty"`
 	HandoffMessage string `json:"handoffMessage,omitempty"`
+	// Claims are the pod's ResourceClaims of Tessera's DRA devices, with the cards the
+	// allocator gave them; ClaimsUnknown says why they could not be read, for a pod that
+	// references claims. Both added within cli.tessera.io/v1.
+	Claims        []PodClaimView `json:"claims,omitempty"`
+	ClaimsUnknown string         `json:"claimsUnknown,omitempty"`
 	// Next says what to look at next, in words.
 	Next  string `json:"next,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -79,6 +84,8 @@ func (s *Snapshot) PodView(pod *corev1.Pod) *PodView {
 			v.Containers = append(v.Containers, pc)
 		}
 	}
+	v.Claims = s.podClaims(pod)
+	v.ClaimsUnknown = s.podClaimsUnknown(pod)
 	v.Next = nextStep(v)
 	return v
 }
@@ -101,6 +108,9 @@ func (s *Snapshot) cardIndex(node string) map[string]api.Card {
 }
 
 func nextStep(v *PodView) string {
+	if !v.VGPU && (len(v.Claims) > 0 || v.ClaimsUnknown != "") {
+		return claimsNextStep(v)
+	}
 	switch {
 	case !v.VGPU:
 		return "the pod requests no vGPU resources; Tessera does not touch it"
@@ -145,6 +155,7 @@ func WritePod(w io.Writer, v *PodView) error {
 	} else {
 		fmt.Fprintln(w, "Assignment: none")
 	}
+	writePodClaims(w, v)
 	fmt.Fprintf(w, "Handoff:    %s\n", dash(v.Handoff))
 	if v.HandoffMessage != "" {
 		fmt.Fprintf(w, "  message:  %s\n", v.HandoffMessage)

@@ -1,5 +1,6 @@
 // Package cli implements the tessera command's cluster views: nodes, pod, explain
-// and report. It reads the cluster once into a Snapshot and computes every view from
+// and report. It reads the cluster (nodes, pods, Volcano's queues, the ResourceClaims of
+// Tessera's DRA driver) once into a Snapshot and computes every view from
 // it with the same placement maths and the same reading rules as the vgpu scheduler plugin, so
 // that what the CLI shows is what the scheduler sees.
 package cli
@@ -34,6 +35,14 @@ type Snapshot struct {
 	Pods []corev1.Pod
 	// Queues are Volcano's queues (none where Volcano's CRDs are not installed).
 	Queues []QueueSpec
+	// Claims are the ResourceClaims that ask for or hold Tessera's DRA devices.
+	Claims []ClaimView
+	// ClaimsUnread says why the ResourceClaims could not be read ("" when they were):
+	// DRA nodes' usage is then unknown.
+	ClaimsUnread string
+	// claimsIn is the one namespace whose claims were read where the account may not
+	// list every namespace's ("" otherwise).
+	claimsIn string
 	// Unread says what the account may not read and what the views lack for it.
 	Unread []string
 }
@@ -90,6 +99,11 @@ func Load(ctx context.Context, client kubernetes.Interface, args pluginargs.Args
 			s.Pods = append(s.Pods, p)
 		}
 	}
+	s.Claims, s.ClaimsUnread, s.claimsIn = loadClaims(ctx, client, scope)
+	if s.ClaimsUnread != "" && s.usesDRA() {
+		s.Unread = append(s.Unread, s.ClaimsUnread+", so the claimed memory and cores of DRA nodes' cards and pods' claims are unknown")
+	}
+	s.resolveClaims()
 	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
 	sort.Slice(s.Pods, func(i, j int) bool {
 		if s.Pods[i].Namespace != s.Pods[j].Namespace {
@@ -98,6 +112,22 @@ func Load(ctx context.Context, client kubernetes.Interface, args pluginargs.Args
 		return s.Pods[i].Name < s.Pods[j].Name
 	})
 	return s, nil
+}
+
+// usesDRA: a node serves DRA devices or a pod references a ResourceClaim, so the
+// views need the claims.
+func (s *Snapshot) usesDRA() bool {
+	for i := range s.Nodes {
+		if servesDRA(&s.Nodes[i]) {
+			return true
+		}
+	}
+	for i := range s.Pods {
+		if len(s.Pods[i].Spec.ResourceClaims) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Inventory source values.
@@ -158,6 +188,10 @@ type Tenant struct {
 	Cores     int          `json:"cores"`
 	// MIG is the MIG device the container holds whole, "" for a share of the card.
 	MIG string `json:"mig,omitempty"`
+	// Claim is the ResourceClaim the pod holds the share through (DRA nodes; Container
+	// is then empty: the claim's limits hold for every container that references it).
+	// Added within cli.tessera.io/v1.
+	Claim string `json:"claim,omitempty"`
 }
 
 // nodeStates builds every node's card usage from the pods bound to it, exactly as

@@ -1,7 +1,9 @@
 // Command demo is `make demo`: it builds (or reuses) the binaries, brings up a local
-// cluster (etcd, kube-apiserver, Volcano's controllers, Tessera's vc-scheduler and two
-// simulated GPU nodes), submits the sample workload from config/samples/, and prints what
-// landed where. With --keep the cluster stays up until Ctrl-C.
+// cluster (etcd, kube-apiserver, Volcano's controllers, Tessera's vc-scheduler, two
+// simulated GPU nodes whose agents serve vGPU slots and one whose agent serves its cards
+// as DRA devices), submits the sample workload from config/samples/ (and, for the DRA
+// node, config/samples/dra/), and prints what landed where. With --keep the cluster stays
+// up until Ctrl-C.
 package main
 
 import (
@@ -50,9 +52,15 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 		return err
 	}
 	fmt.Println("== Starting the cluster (run directory", runDir+")")
+	// The scheduler allocates ResourceClaims too (the DRA node's), with the DRA alpha
+	// gates on the control plane, the kubelets and vc-scheduler.
+	conf, err := draConf(filepath.Join(root, "config", "volcano-scheduler.conf"), runDir)
+	if err != nil {
+		return err
+	}
 	c, err := cluster.Start(ctx, cluster.Options{Bin: bin, RunDir: runDir, Progress: os.Stdout, ChartDir: filepath.Join(root, "charts", "tessera"),
-		SchedulerConf: filepath.Join(root, "config", "volcano-scheduler.conf"),
-		Nodes:         []cluster.Node{{Name: "gpu-node-1", Machine: "dgxa100"}, {Name: "gpu-node-2", Machine: "a30x4"}}})
+		SchedulerConf: conf, FeatureGates: cluster.DRAGates(),
+		Nodes: []cluster.Node{{Name: "gpu-node-1", Machine: "dgxa100"}, {Name: "gpu-node-2", Machine: "a30x4"}}})
 	if err != nil {
 		return err
 	}
@@ -68,10 +76,23 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 		return err
 	}
 	fmt.Println("  ", strings.Join(policies.Bindings, ", "))
+	fmt.Println("== Adding", draNode.Name, "(4× A30 as DRA devices of", cluster.DRADriver+"; the chart's DeviceClass and DRA RBAC)")
+	draStart := time.Now()
+	if err := addDRANode(ctx, c, conf); err != nil {
+		return err
+	}
+	fmt.Println("   ready with its ResourceSlice in", time.Since(draStart).Round(100*time.Millisecond))
 	fmt.Println("== Submitting", samples)
 	names, err := apply(ctx, c, samples)
 	if err != nil {
 		return err
+	}
+	if st, err := os.Stat(filepath.Join(samples, "dra")); err == nil && st.IsDir() {
+		more, err := apply(ctx, c, filepath.Join(samples, "dra"))
+		if err != nil {
+			return err
+		}
+		names = append(names, more...)
 	}
 	for _, n := range names {
 		fmt.Println("  ", n)
@@ -92,6 +113,12 @@ func run(ctx context.Context, root, samples, out, cache string, keep, reclaim bo
 	}
 	fmt.Print("\n", table, "\n")
 	fmt.Printf("Table written to %s; logs in %s (%s in all)\n", out, c.LogDir(), time.Since(start).Round(time.Second))
+	fmt.Println("== kubectl tessera nodes", draNode.Name, "(the DRA node's cards and what its claims consume)")
+	nodes, err := tesseraNodes(ctx, c, draNode.Name)
+	if err != nil {
+		return err
+	}
+	fmt.Print(nodes)
 	fmt.Println("== Metrics (Prometheus text format; scrape these while the cluster runs, e.g. with KEEP=1)")
 	lines, err := showMetrics(ctx, c, []string{"gpu-node-1", "gpu-node-2"})
 	if err != nil {
@@ -125,9 +152,11 @@ The cluster stays up until Ctrl-C. In another shell:
   kubectl -n tessera-demo get vcjob,podgroup,pods -o wide
   kubectl -n tessera-demo get pod train-llm-worker-0 -o jsonpath='{.metadata.annotations.tessera\.io/assignment}'
   kubectl get node gpu-node-1 -o jsonpath='{.metadata.annotations.tessera\.io/inventory}'
+  kubectl -n tessera-demo get resourceclaims -o wide      # the DRA node's claims
+  %s nodes      # Tessera's CLI: every card, the DRA node's with its claims
 What each container received: %s/nodes/<node>/records/*.json
-Metrics: curl -s %s | grep ^tessera_   (agents: %s, %s)
-`, c.Kubeconfig, runDir, c.SchedulerMetricsURL(), c.AgentMetricsURL("gpu-node-1"), c.AgentMetricsURL("gpu-node-2"))
+Metrics: curl -s %s | grep ^tessera_   (agents, with a bearer token that may get /metrics: %s, %s)
+`, c.Kubeconfig, bin.KubectlTessera, runDir, c.SchedulerMetricsURL(), c.AgentMetricsURL("gpu-node-1"), c.AgentMetricsURL("gpu-node-2"))
 	<-ctx.Done()
 	return nil
 }

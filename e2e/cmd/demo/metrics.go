@@ -18,17 +18,23 @@ import (
 var (
 	schedulerSeries = []string{"tessera_scheduler_queue_vgpu_memory_bytes", "tessera_scheduler_queue_vgpu_cards",
 		"tessera_scheduler_card_allocated_memory_bytes", "tessera_scheduler_vgpu_placement_seconds_count"}
-	agentSeries = []string{"tessera_card_assigned_memory_bytes", "tessera_container_gpu_memory_limit_bytes",
-		"tessera_container_hook_loaded"}
+	// The hook and region series are left out: the agent serves them only for pods with
+	// the region volume, which the admission webhook adds and the demo does not run.
+	agentSeries = []string{"tessera_card_assigned_memory_bytes", "tessera_container_gpu_memory_limit_bytes"}
 )
 
-// scrape fetches a /metrics page and returns its sample lines by metric name.
-func scrape(ctx context.Context, url string) (map[string][]string, error) {
+// scrape fetches a /metrics page and returns its sample lines by metric name. token,
+// when set, is sent as the bearer token: the agents serve /metrics only to a token whose
+// user may get it, as the chart runs them (metrics.authentication).
+func scrape(ctx context.Context, url, token string) (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -61,7 +67,7 @@ func scrape(ctx context.Context, url string) (map[string][]string, error) {
 func showMetrics(ctx context.Context, c *cluster.Cluster, nodes []string) ([]string, error) {
 	url := c.SchedulerMetricsURL()
 	lines := []string{"scheduler: " + url}
-	sched, err := scrape(ctx, url)
+	sched, err := scrape(ctx, url, "")
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +77,7 @@ func showMetrics(ctx context.Context, c *cluster.Cluster, nodes []string) ([]str
 	for _, node := range nodes {
 		u := c.AgentMetricsURL(node)
 		lines = append(lines, "agent on "+node+": "+u)
-		agent, err := scrape(ctx, u)
+		agent, err := scrape(ctx, u, c.Rest.BearerToken) // the harness's admin may get /metrics
 		if err != nil {
 			return nil, err
 		}

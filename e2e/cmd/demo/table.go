@@ -86,11 +86,15 @@ func summary(state string, want int) string {
 	return fmt.Sprintf("%d of %d pods created, %d running, %d pending", phases["Running"]+phases["Pending"]+phases["Succeeded"]+phases["Failed"], want, phases["Running"], phases["Pending"])
 }
 
-// placement renders the cards (with their holders and utilisation), CPU-only pods, and
-// pending pods with their reasons.
+// placement renders the cards (with their holders and utilisation; on the DRA node,
+// the pods their claims are reserved for), CPU-only pods, and pending pods with their
+// reasons.
 func placement(ctx context.Context, c *cluster.Cluster, ns string) (string, error) {
 	ledger, pods, err := workload.Ledger(ctx, c.Client)
 	if err != nil {
+		return "", err
+	}
+	if err := draLedger(ctx, c.Client, ledger); err != nil {
 		return "", err
 	}
 	var b strings.Builder
@@ -138,7 +142,7 @@ func placement(ctx context.Context, c *cluster.Cluster, ns string) (string, erro
 		switch {
 		case p.Spec.NodeName == "":
 			pending = append(pending, p)
-		case p.Annotations["tessera.io/assignment"] == "":
+		case p.Annotations["tessera.io/assignment"] == "" && len(p.Spec.ResourceClaims) == 0:
 			cpu = append(cpu, p)
 		}
 	}
