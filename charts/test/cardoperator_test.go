@@ -47,6 +47,10 @@ func TestTheCardOperatorRoleMayCordonAndEvictAndTheViewerMayNot(t *testing.T) {
 			t.Errorf("the viewer may %s %q", p.verb, p.resource)
 		}
 	}
+	// kubectl tessera nodes reads the claims on DRA nodes.
+	if !flatten(viewer.Rules)[rule{"resource.k8s.io", "resourceclaims", "list"}] {
+		t.Error("the viewer may not list ResourceClaims: DRA nodes' cards would show unknown")
+	}
 	r, err := RenderValues(t, "rbac: {cardOperatorRole: false}\n")
 	if err != nil {
 		t.Fatal(err)

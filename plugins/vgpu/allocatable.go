@@ -5,6 +5,7 @@ import (
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
 	"github.com/tessera-gpu/tessera/placement"
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
 )
 
@@ -13,7 +14,16 @@ import (
 // task's fit error, so the pod's condition and the PodGroup's event say why.
 func (p *vgpuPlugin) allocatable(queue *vapi.QueueInfo, task *vapi.TaskInfo) bool {
 	tr := p.request(task)
-	if tr == nil || tr.Err != nil {
+	if tr == nil {
+		// A pod using ResourceClaims of Tessera's DRA driver is held to the same
+		// share by what its claims ask (draclaims.go); its node and card are the
+		// Kubernetes allocator's.
+		if cost, ok := p.claimCost(task); ok {
+			return p.withinShare(queue, task, cost, nil)
+		}
+		return true
+	}
+	if tr.Err != nil {
 		return true
 	}
 	if !p.cardsFreedFor(task, tr) {
@@ -22,11 +32,20 @@ func (p *vgpuPlugin) allocatable(queue *vapi.QueueInfo, task *vapi.TaskInfo) boo
 	if p.shares == nil {
 		return true
 	}
-	ok, why := p.shares.Admit(queue.UID, p.shares.Cost(tr.Req.Containers))
+	return p.withinShare(queue, task, p.shares.Cost(tr.Req.Containers), &tr.Refused)
+}
+
+// withinShare asks the queue share whether the task's queue may place cost, and
+// writes a refusal as the task's fit error; refused, when set, counts it for the
+// pending metric.
+func (p *vgpuPlugin) withinShare(queue *vapi.QueueInfo, task *vapi.TaskInfo, cost fairshare.Amount, refused *book.Refusals) bool {
+	ok, why := p.shares.Admit(queue.UID, cost)
 	if ok {
 		return true
 	}
-	tr.Refused.Add(book.PendingQueueShare)
+	if refused != nil {
+		refused.Add(book.PendingQueueShare)
+	}
 	if job, found := p.ssn.Jobs[task.Job]; found {
 		fe := vapi.NewFitErrors()
 		fe.SetError(why)

@@ -26,6 +26,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	gaps := p.cacheGaps(ssn)
 	p.cacheMissing = gaps.missing()
 	p.ledger = p.buildLedger(ssn, gaps.byNode)
+	claims := p.readClaims(ssn) // DRA nodes' cards and their claims into the book (draclaims.go)
 	p.requests = book.NewRequests(p.args, ssn.Jobs)
 	dropped := p.inFlight.Reconcile(sessionPodView(ssn, p.dec), p.now(), p.args.PendingTTL)
 	scrubbed := p.scrubUnbound(ssn)
@@ -46,6 +47,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	if p.args.QueueShare {
 		// After the cards are booked, so that a queue is charged what its task holds.
 		p.shares = p.buildShares(ssn)
+		p.chargeClaims(ssn, claims) // and into the queue shares
 		ssn.AddPreemptiveFn(PluginName, p.preemptive)
 		ssn.AddQueueOrderFn(PluginName, p.queueOrder)
 		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced, DeallocateFunc: p.onUnplaced})

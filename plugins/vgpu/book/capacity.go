@@ -83,6 +83,8 @@ func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.Card
 // vGPU tasks (healthy, not MIG, neither it nor its node cordoned), and the mean card
 // memory: the supply the queue shares divide. Cards in MIG mode add nothing: whole
 // instances are not counted in the queue shares (fairshare.Requested says why).
+// The cards of DRA nodes that take claims add their memory and 100 cores each; they do
+// not count in the mean either (it costs vGPU requests, which never go there).
 func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 	var total fairshare.Amount
 	var physical, cards int64
@@ -93,6 +95,10 @@ func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 		total.Cores += 100
 		physical += c.MemoryMiB
 		cards++
+	})
+	l.dra.supply(func(c *placement.CardState) {
+		total.MemoryMiB += float64(c.CapacityMiB)
+		total.Cores += 100
 	})
 	if cards == 0 {
 		return total, 0

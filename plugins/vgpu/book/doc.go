@@ -8,7 +8,9 @@
 // Files, from the top floor down (each uses only files below it):
 //
 //	capacity.go    free and total cards, the supply the queue shares divide, why a request never fits
+//	dra.go         the DRA nodes' cards in the ledger: what allocated claims consume, results left out
 //	ledger.go      Ledger: every node's cards, the session's bookings and releases, and what is remembered per node
+//	dranodes.go    the cards of DRA nodes, kept apart from the cards vGPU tasks are placed on
 //	answers.go     the table of the engine's answers per request shape and node, kept while the node is unchanged
 //	demand.go      Demand: the least a gang takes from the cards, and whether it exceeds a capacity
 //	evictmemo.go   per node, the last answer to "would evicting these victims make the task fit"

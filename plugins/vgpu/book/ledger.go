@@ -43,6 +43,8 @@ type Ledger struct {
 	// the same kind) fit or fail every unchanged node alike, and node ordering
 	// reuses the predicate's score.
 	answers answerTable
+	// dra holds the cards of DRA nodes and what their claims consume (dra.go).
+	dra draCards
 }
 
 // nodeEntry is one node's cards and what is remembered against them.
@@ -147,7 +149,8 @@ func (l *Ledger) Held(task vapi.TaskID) ([]api.ContainerAssignment, bool) {
 	return b.Containers, true
 }
 
-// EachCard calls fn for every card of every node with usable cards.
+// EachCard calls fn for every card of every node with usable cards, and of every
+// DRA node (their usage is their claims').
 func (l *Ledger) EachCard(fn func(node string, c *placement.CardState)) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -156,6 +159,7 @@ func (l *Ledger) EachCard(fn func(node string, c *placement.CardState)) {
 			fn(name, &n.Cards[i])
 		}
 	}
+	l.dra.each(fn)
 }
 
 // Clone returns a copy of one node's cards to compute on, or nil without inventory.

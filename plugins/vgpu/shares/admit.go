@@ -62,7 +62,7 @@ func (s *Shares) spare(queue vapi.QueueID) fairshare.Amount {
 	self := -1
 	for i, id := range s.order {
 		q := s.queues[id]
-		hs[i] = fairshare.Holding{Allocated: q.allocated, Deserved: q.deserved, Request: q.request, MinAsk: q.minAsk}
+		hs[i] = fairshare.Holding{Allocated: q.allocated, Deserved: q.deserved, Request: s.reachable(q), MinAsk: q.minAsk}
 		if id == queue {
 			self = i
 		}

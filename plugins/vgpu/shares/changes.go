@@ -20,6 +20,9 @@ func (s *Shares) Place(task vapi.TaskID, queue vapi.QueueID, held, asked fairsha
 	}
 	q.allocated = q.allocated.Add(held)
 	q.request = q.request.Add(held).Sub(asked)
+	if _, claim := s.claims[task]; claim {
+		q.claimRequest = q.claimRequest.Add(held).Sub(asked)
+	}
 	s.charged[task] = charge{queue: queue, held: held, asked: asked}
 	s.divide()
 }
@@ -37,10 +40,17 @@ func (s *Shares) Release(task vapi.TaskID, evicted bool) {
 	q := s.queues[c.queue]
 	q.allocated = q.allocated.Sub(c.held)
 	q.request = q.request.Sub(c.held)
+	_, claim := s.claims[task]
+	if claim {
+		q.claimRequest = q.claimRequest.Sub(c.held)
+	}
 	if evicted {
 		s.evicted[task] = c
 	} else {
 		q.request = q.request.Add(c.asked)
+		if claim {
+			q.claimRequest = q.claimRequest.Add(c.asked)
+		}
 	}
 	s.divide()
 }
@@ -58,6 +68,9 @@ func (s *Shares) Restore(task vapi.TaskID) bool {
 	q := s.queues[c.queue]
 	q.allocated = q.allocated.Add(c.held)
 	q.request = q.request.Add(c.held)
+	if _, claim := s.claims[task]; claim {
+		q.claimRequest = q.claimRequest.Add(c.held)
+	}
 	s.charged[task] = c
 	s.divide()
 	return true

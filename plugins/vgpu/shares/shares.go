@@ -12,6 +12,7 @@
 //	admit.go    who may place, borrow, reclaim or be reclaimed from, and gangs beyond a queue's reach
 //	changes.go  placements, evictions and their rollbacks within the session
 //	order.go    which of two queues goes first
+//	claims.go   tasks whose pods use ResourceClaims of Tessera's DRA driver: their charges and costs
 package shares
 
 import (
@@ -44,6 +45,11 @@ type Shares struct {
 	// discarded eviction (preempt or reclaim rolling a statement back) restores
 	// exactly what the task held.
 	evicted map[vapi.TaskID]charge
+	// claims is what each task whose pod uses claims of Tessera's DRA driver counts for
+	// (claims.go): what its allocated claims hold, or its pending claims ask.
+	claims map[vapi.TaskID]fairshare.Amount
+	// claimSupply is the part of total on DRA nodes (claims.go).
+	claimSupply fairshare.Amount
 }
 
 // queue is one queue's standing.
@@ -60,6 +66,8 @@ type queue struct {
 	// minAsk is the cost of the queue's smallest pending vGPU task at session open
 	// (zero when none is pending): a share smaller than it cannot be used.
 	minAsk fairshare.Amount
+	// claimRequest is the part of request that DRA tasks hold and ask (claims.go).
+	claimRequest fairshare.Amount
 }
 
 // charge is a placed task's part of its queue: held is what it holds (exact once
@@ -74,7 +82,7 @@ type charge struct {
 // Divide then computes what each deserves.
 func New(total fairshare.Amount, refMiB int64, names api.ResourceNames) *Shares {
 	return &Shares{total: total, refMiB: refMiB, names: names, queues: map[vapi.QueueID]*queue{},
-		charged: map[vapi.TaskID]charge{}, evicted: map[vapi.TaskID]charge{}}
+		charged: map[vapi.TaskID]charge{}, evicted: map[vapi.TaskID]charge{}, claims: map[vapi.TaskID]fairshare.Amount{}}
 }
 
 // Cost is what a request counts for in its queue before its cards are chosen (a
@@ -144,11 +152,33 @@ func (s *Shares) divide() {
 	claims := make([]fairshare.Claim, len(s.order))
 	for i, id := range s.order {
 		q := s.queues[id]
-		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: q.request, Capability: q.capability, Guarantee: q.guarantee}
+		claims[i] = fairshare.Claim{Weight: float64(q.weight), Request: s.reachable(q), Capability: q.capability, Guarantee: q.guarantee}
 	}
 	for i, d := range fairshare.Divide(s.total, claims) {
 		s.queues[s.order[i]].deserved = d
 	}
+}
+
+// reachable is the part of a queue's demand its tasks can reach (claims.go says why): its device-plugin
+// demand up to the supply outside DRA nodes, plus its claims' demand up to the DRA
+// nodes' supply; the caller holds mu.
+func (s *Shares) reachable(q *queue) fairshare.Amount {
+	capped := func(want, supply float64) float64 { return max(0, min(want, supply)) }
+	dp, other := q.request.Sub(q.claimRequest), s.total.Sub(s.claimSupply)
+	return fairshare.Amount{
+		MemoryMiB: capped(dp.MemoryMiB, other.MemoryMiB) + capped(q.claimRequest.MemoryMiB, s.claimSupply.MemoryMiB),
+		Cores:     capped(dp.Cores, other.Cores) + capped(q.claimRequest.Cores, s.claimSupply.Cores),
+	}
+}
+
+// ClaimCost is what a task whose pod uses Tessera's DRA claims counts for; false for
+// every other task (device-plugin vGPU tasks, CPU tasks, pods with other drivers'
+// claims only).
+func (s *Shares) ClaimCost(task vapi.TaskID) (fairshare.Amount, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.claims[task]
+	return c, ok
 }
 
 // Standing is a queue's part of the cards as the session stands.

@@ -1,0 +1,211 @@
+package suite
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
+	"github.com/tessera-gpu/tessera/e2e/internal/workload"
+)
+
+// One ledger for both kinds of node, end to end: queue dq-heavy (weight 3) asks for
+// whole cards through volcano.sh/vgpu-* on the device-plugin nodes, queue dq-light
+// (weight 1) for shares of 4096 MiB and 25 cores through ResourceClaims on the two DRA
+// nodes, both for more than there is. Each kind of card reaches only one queue, so each
+// queue gets every card of its kind it can be given: dq-heavy every non-MIG
+// device-plugin card (its share is not cut by what dq-light's claims cannot use), dq-light
+// what Kubernetes 1.34.2's allocator lets it have (card-0 of each DRA node: docs/dra.md,
+// "Known defect"). Checked: the scheduler's queue metrics count, for each queue, exactly
+// the card memory its pods hold in the cluster: the assignments of dq-heavy's pods and the
+// consumed capacity of dq-light's allocated claims.
+func TestDRAQueuesSplitCardMemoryByWeight(t *testing.T) {
+	ctx := context.Background()
+	conf, err := os.ReadFile(cl.Opts.SchedulerConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const predicates = "  - name: predicates\n"
+	if !strings.Contains(string(conf), predicates) {
+		t.Fatalf("the suite's scheduler conf has no predicates plugin line %q", predicates)
+	}
+	draConf := filepath.Join(t.TempDir(), "volcano-scheduler-dra.conf")
+	edited := strings.Replace(string(conf), predicates,
+		predicates+"    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
+	if err := os.WriteFile(draConf, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	restore, err := cl.EnableDRA(ctx, draConf)
+	if err != nil {
+		t.Fatalf("the chart's DRA RBAC and DeviceClass: %v", err)
+	}
+	defer func() {
+		if err := restore(); err != nil {
+			t.Errorf("putting the harness's RBAC back: %v", err)
+		}
+	}()
+	if err := cl.RestartScheduler(ctx, draConf); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cl.RestartScheduler(ctx, ""); err != nil {
+			t.Errorf("scheduler back to the suite's conf: %v", err)
+		}
+	}()
+	for _, n := range draNodes {
+		if err := cl.AddNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cl.RemoveNode(ctx, n.Name); err != nil {
+				t.Errorf("remove %s: %v", n.Name, err)
+			}
+		}()
+	}
+	namespace := ns(t, "dra-queues")
+	defer cleanup(t, namespace)
+	queue(t, "dq-heavy", 3)
+	queue(t, "dq-light", 1)
+	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
+		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("25")}}}}
+	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-25"},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	light := draJob(namespace, "light", "share-4g-25", "", 16)
+	light.Spec.Queue = "dq-light"
+	light.Spec.MinAvailable = 1
+	light.Spec.Tasks[0].Template.Spec.NodeSelector = nil
+	heavy := workload.Job(namespace, "heavy", "dq-heavy", 1, workload.Task{Name: "t", Replicas: 30,
+		Containers: []workload.Container{{Name: "main", Cards: 1, MemPct: 100, Cores: 100}}})
+	start := time.Now()
+	submit(t, heavy, light)
+
+	// Settle: dq-heavy on every non-MIG device-plugin card, dq-light on what the
+	// allocator gives, and no pod bound for a few sessions.
+	var placed map[string]int
+	last, stableSince := "", time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ps, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		placed = map[string]int{}
+		for _, p := range ps.Items {
+			if p.Spec.NodeName != "" {
+				placed[p.Annotations["volcano.sh/queue-name"]]++
+			}
+		}
+		if now := fmt.Sprint(placed); now != last {
+			last, stableSince = now, time.Now()
+		}
+		return placed["dq-heavy"] >= 24 && placed["dq-light"] > 0 && time.Since(stableSince) > 5*time.Second, nil
+	}); err != nil {
+		t.Fatalf("the queues never settled (placed %v): %v", placed, err)
+	}
+	t.Logf("settled %s after submission: placed per queue %v", time.Since(start).Round(time.Second), placed)
+	if placed["dq-heavy"] != 24 {
+		t.Errorf("dq-heavy placed %d whole cards, want all 24 non-MIG device-plugin cards", placed["dq-heavy"])
+	}
+
+	// What the cluster holds, per queue.
+	held := map[string]float64{}
+	ps, err := cl.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps.Items {
+		if s, ok := p.Annotations[api.AnnotationAssignment]; ok && p.Spec.NodeName != "" {
+			a, err := api.DecodeAssignment(s)
+			if err != nil {
+				t.Fatalf("pod %s: %v", p.Name, err)
+			}
+			for _, c := range a.Containers {
+				for _, card := range c.Cards {
+					held["dq-heavy"] += float64(card.MemoryMiB)
+				}
+			}
+		}
+	}
+	claims, err := cl.Client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == cluster.DRADriver {
+				mem := r.ConsumedCapacity["memory"]
+				held["dq-light"] += float64(mem.Value() >> 20)
+			}
+		}
+	}
+	if held["dq-light"] != float64(placed["dq-light"]*4096) {
+		t.Errorf("dq-light's allocated claims consume %.0f MiB, its %d placed pods ask %d", held["dq-light"], placed["dq-light"], placed["dq-light"]*4096)
+	}
+
+	// The scheduler's ledger says the same.
+	var metric map[string]float64
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		metric, err = schedulerQueueMemoryMiB(ctx)
+		return err == nil && metric["dq-heavy"] == held["dq-heavy"] && metric["dq-light"] == held["dq-light"], nil
+	}); err != nil {
+		t.Errorf("the scheduler counts %v MiB of card memory per queue, the cluster holds %v", metric, held)
+	}
+	t.Logf("card memory per queue (MiB): %v", held)
+}
+
+// schedulerQueueMemoryMiB reads, per queue, the card memory the scheduler's queue share
+// counts as allocated (tessera_scheduler_queue_vgpu_memory_bytes{kind="allocated"}).
+func schedulerQueueMemoryMiB(ctx context.Context) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.SchedulerMetricsURL(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", cl.SchedulerMetricsURL(), resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "tessera_scheduler_queue_vgpu_memory_bytes{") || !strings.Contains(line, `kind="allocated"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `queue="`)
+		q, _, _ := strings.Cut(rest, `"`)
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[q] = math.Round(v / (1 << 20))
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,54 @@
+package book
+
+import (
+	"sort"
+
+	"github.com/tessera-gpu/tessera/placement"
+)
+
+// draCards are the cards of the nodes whose agent serves them as DRA devices
+// (ResourceClaims of driver vgpu.tessera.io): the Kubernetes allocator places claims
+// there, never this plugin, so they answer no predicate. Their usage is what the
+// claims allocated on them consume; their capacity is part of the supply the queue
+// shares divide. Written only while the ledger is built.
+type draCards struct {
+	nodes    map[string]*placement.Node
+	cordoned map[string]bool
+	// skipped counts the claim results left out of the count, by reason.
+	skipped map[string]int
+}
+
+func (d *draCards) add(n *placement.Node, cordoned bool) {
+	if d.nodes == nil {
+		d.nodes, d.cordoned = map[string]*placement.Node{}, map[string]bool{}
+	}
+	d.nodes[n.Name] = n
+	if cordoned {
+		d.cordoned[n.Name] = true
+	}
+}
+
+// each calls fn for every card of every DRA node, in node name order.
+func (d *draCards) each(fn func(node string, c *placement.CardState)) {
+	names := make([]string, 0, len(d.nodes))
+	for name := range d.nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := d.nodes[name]
+		for i := range n.Cards {
+			fn(name, &n.Cards[i])
+		}
+	}
+}
+
+// supply calls fn for every card that takes new claims: healthy, not MIG, neither it
+// nor its node cordoned.
+func (d *draCards) supply(fn func(c *placement.CardState)) {
+	d.each(func(node string, c *placement.CardState) {
+		if !d.cordoned[node] && c.Healthy && !c.MIG && c.Cordon == nil {
+			fn(c)
+		}
+	})
+}
