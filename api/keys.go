@@ -91,6 +91,14 @@ const (
 	// AnnotationMIGInstances (e.g. "3g.40gb"): each vGPU container gets its
 	// volcano.sh/vgpu-number instances of that profile instead of shares of cards.
 	AnnotationMIGProfile = Prefix + "mig-profile"
+	// AnnotationMIGRepartition is "true" on a node whose agent may change the MIG
+	// layout of its idle cards when the scheduler asks (AnnotationMIGPlan); written by
+	// the agent with the inventory, absent when the agent does not allow it.
+	AnnotationMIGRepartition = Prefix + "mig-repartition"
+	// AnnotationMIGPlan is the scheduler's request to change one card's MIG layout
+	// (MIGPlan); AnnotationMIGPlanStatus is the agent's answer (MIGPlanStatus).
+	AnnotationMIGPlan       = Prefix + "mig-plan"
+	AnnotationMIGPlanStatus = Prefix + "mig-plan-status"
 )
 
 // Annotations of Volcano's deviceshare and the HAMi volcano device plugin, read (and

@@ -163,6 +163,7 @@ func TestSchedulerPermissionsFollowTheConfiguration(t *testing.T) {
 		{"the DRA plugin writes claims", "scheduler:\n  conf:\n    tiers:\n      - plugins:\n          - name: predicates\n            arguments: {predicate.DynamicResourceAllocationEnable: true}\n",
 			[]rule{{"resource.k8s.io", "resourceclaims", "update"}, {"resource.k8s.io", "resourceclaims/status", "update"}}},
 		{"the queue gate is removed by the scheduler", "admission:\n  config:\n    queueGate: true\n", []rule{{"", "pods", "patch"}}},
+		{"MIG plans are written on Nodes", "devicePlugin:\n  config:\n    migRepartition: true\n", []rule{{"", "nodes", "patch"}}},
 		{"sharding reports its shards", "scheduler:\n  extraArgs: [--scheduler-sharding-mode=hard]\n", []rule{{"shard.volcano.sh", "nodeshards/status", "update"}}},
 		{"extra rules", "scheduler:\n  rbac:\n    extraRules: [{apiGroups: [example.com], resources: [widgets], verbs: [get]}]\n",
 			[]rule{{"example.com", "widgets", "get"}}},

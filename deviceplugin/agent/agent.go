@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },
 		ReportNUMA: cfg.SlotTopology == config.SlotTopologyNUMA}, reg, h)
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
-		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: guard.Observe}, m)
+		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: guard.Observe, MIGRepartition: cfg.MIGRepartition}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)
@@ -155,6 +155,10 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	run(func() { maint.Run(ctx, cfg.GCInterval.Duration) })
 	if memGuard != nil {
 		run(func() { memGuard.Run(ctx) })
+	}
+	if cfg.MIGRepartition {
+		plans := newMIGPlans(deps.Client, cfg.NodeName, devices, reg, cfg.SharesPerCard, promReg)
+		run(func() { plans.Run(ctx) })
 	}
 	if cfg.CardHandoff == config.HandoffCDI {
 		run(func() { keepHookSpec(ctx, cfg.CDISpecDir, container.HookSpec(), cfg.GCInterval.Duration) })

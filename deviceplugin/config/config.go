@@ -101,6 +101,11 @@ type Config struct {
 	GCInterval        metav1.Duration `json:"gcInterval"`
 	GCGracePeriod     metav1.Duration `json:"gcGracePeriod"`
 	Health            Health          `json:"health"`
+
+	// MIGRepartition lets the scheduler change the MIG layout of this node's idle
+	// cards (tessera.io/mig-plan); off by default.
+	MIGRepartition bool `json:"migRepartition"`
+
 	// OtherGPUPlugins is what the agent does on a node where another device plugin
 	// (NVIDIA's) advertises GPUs: "refuse" serves nothing there, "share" serves anyway.
 	OtherGPUPlugins string `json:"otherGPUPlugins"`

@@ -54,6 +54,10 @@ var fields = []field{
 	{"container-dir", "where the container finds its limits file and region; must be " + ContainerPath, str(func(c *Config) *string { return &c.ContainerDir })},
 	{"vgpu-log-level", "vgpu-core log level: error, warn, info or debug", str(func(c *Config) *string { return &c.VGPULogLevel })},
 	{"heartbeat-interval", "node heartbeat annotation interval", dur(func(c *Config) *metav1.Duration { return &c.HeartbeatInterval })},
+	{"mig-repartition", "let the scheduler re-partition this node's idle MIG cards (tessera.io/mig-plan)", func(c *Config, v string) (err error) {
+		c.MIGRepartition, err = strconv.ParseBool(v)
+		return err
+	}},
 	{"volcano-compat", "also write volcano.sh/node-vgpu-register", func(c *Config, v string) (err error) {
 		c.VolcanoCompat, err = strconv.ParseBool(v)
 		return err

@@ -39,6 +39,9 @@ type Options struct {
 	// Observe, when set, is given the Node the API server returns for each write (the
 	// coexistence guard reads other plugins' resources from it instead of a GET).
 	Observe func(*corev1.Node)
+	// MIGRepartition writes tessera.io/mig-repartition: "true", telling the scheduler
+	// that this agent applies MIG plans; without it the annotation is removed.
+	MIGRepartition bool
 }
 
 // Observer is told the outcome of every write; the metrics package implements it.
@@ -154,6 +157,10 @@ func (p *Publisher) Patch() ([]byte, error) {
 		} else {
 			ann[api.AnnotationMIGInstances] = enc
 		}
+	}
+	ann[api.AnnotationMIGRepartition] = nil
+	if p.opts.MIGRepartition {
+		ann[api.AnnotationMIGRepartition] = "true"
 	}
 	if p.opts.VolcanoCompat {
 		vc := make([]api.VolcanoCard, len(inv.Cards))

@@ -15,6 +15,7 @@
 //	evictcheck.go   the predicate's question for preempt and reclaim: could evicting on this node help?
 //	open.go         session open: every node's cards and the bookings of the pods on it, stale assignments dropped
 //	draclaims.go    session open: DRA nodes' cards and claims into the book, DRA pods into the queue shares
+//	migplan.go      session open: MIG re-partition plans for pending profiles (migplan_choose.go picks, migplan_patch.go writes)
 //	close.go        OnSessionClose: metrics published, refusals of pod-less VolcanoJobs written on their PodGroups
 //	allocatable.go  AllocatableFn: a task held to its queue's share, and to the node preempt frees cards on
 //	allocate.go     EventHandler: cards booked and the assignment written (allocate), pipelines checked, rollbacks

@@ -32,6 +32,7 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 	scrubbed := p.scrubUnbound(ssn)
 	// After the in-flight store has read every job's pods: a job sitting out is not gone.
 	sitOut(ssn, gaps)
+	p.openMIGPlans(ssn) // before the hooks: cards being re-partitioned take no pod (migplan.go)
 
 	ssn.AddPredicateFn(PluginName, p.predicate)
 	ssn.AddPrePredicateFn(PluginName, p.prePredicate)

@@ -148,6 +148,10 @@ conf text (generated or override) and the extra flags. Each is "true" or "". */}
 {{- define "tessera.schedulerPatchesPods" -}}
 {{- if or (include "tessera.schedulerUsesDeviceshare" .) (and .Values.admission.enabled .Values.admission.config.queueGate) -}}true{{- end -}}
 {{- end -}}
+{{- /* The vgpu plugin writes MIG plans on Nodes when the agents may re-partition cards. */ -}}
+{{- define "tessera.schedulerPatchesNodes" -}}
+{{- if or (include "tessera.schedulerUsesDeviceshare" .) (and .Values.devicePlugin.enabled .Values.devicePlugin.config.migRepartition) -}}true{{- end -}}
+{{- end -}}
 {{- define "tessera.schedulerUsesDRA" -}}
 {{- if regexMatch "DynamicResourceAllocationEnable[\"']?\\s*:\\s*[\"']?(true|True)" (include "tessera.schedulerConf" .) -}}true{{- end -}}
 {{- end -}}
