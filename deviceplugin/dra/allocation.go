@@ -86,51 +86,11 @@ func ClaimShares(claim *resourceapi.ResourceClaim, pool string, cards []api.Card
 
 // consumed reads a result's consumed memory and cores and checks them against the card.
 func consumed(cc map[resourceapi.QualifiedName]resource.Quantity, card api.Card, field string) (int64, int, error) {
-	for name := range cc {
-		if name != CapacityMemory && name != CapacityCores {
-			return 0, 0, fmt.Errorf("%w: %s: %q is not a capacity of %s (want %s and %s)", ErrInvalidClaim, field, name,
-				DriverName, CapacityMemory, CapacityCores)
-		}
+	mib, cores, err := api.DRAConsumedShare(cc, card, field)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %v", ErrInvalidClaim, err)
 	}
-	mem, ok := cc[CapacityMemory]
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: %s: %s missing (the scheduler lists every capacity it consumed)", ErrInvalidClaim, field, CapacityMemory)
-	}
-	f := fmt.Sprintf("%s[%s]", field, CapacityMemory)
-	bytes, whole := wholeValue(mem)
-	switch {
-	case mem.Sign() < 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is negative", ErrInvalidClaim, f, mem.String())
-	case mem.Cmp(MiB(card.MemoryMiB)) > 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is above card %s's %d MiB", ErrInvalidClaim, f, mem.String(), card.UUID, card.MemoryMiB)
-	case !whole || bytes%(1<<20) != 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is not a whole number of MiB", ErrInvalidClaim, f, mem.String())
-	case bytes == 0:
-		// vgpu-core reads a zero limit as "unlimited": never write one for a share.
-		return 0, 0, fmt.Errorf("%w: %s: %q is zero (a share needs memory)", ErrInvalidClaim, f, mem.String())
-	}
-	q, ok := cc[CapacityCores]
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: %s: %s missing (the scheduler lists every capacity it consumed)", ErrInvalidClaim, field, CapacityCores)
-	}
-	f = fmt.Sprintf("%s[%s]", field, CapacityCores)
-	cores, whole := wholeValue(q)
-	switch {
-	case q.Sign() < 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is negative", ErrInvalidClaim, f, q.String())
-	case q.Cmp(*resource.NewQuantity(MaxCores, resource.DecimalSI)) > 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is above %d percent of card %s", ErrInvalidClaim, f, q.String(), MaxCores, card.UUID)
-	case !whole:
-		return 0, 0, fmt.Errorf("%w: %s: %q is not a whole percent", ErrInvalidClaim, f, q.String())
-	}
-	return bytes >> 20, int(cores), nil
-}
-
-// wholeValue is q as an integer, and whether q is exactly that integer. Value saturates
-// on huge quantities; the callers use the result only after their bound checks.
-func wholeValue(q resource.Quantity) (int64, bool) {
-	n := q.Value() // rounds up
-	return n, resource.NewQuantity(n, resource.DecimalSI).Cmp(q) == 0
+	return mib, cores, nil
 }
 
 func sortShares(s []Share) {

@@ -14,7 +14,7 @@ import (
 
 // DriverName is the DRA driver's name: DeviceClasses select it (device.driver) and the
 // scheduler writes it into every allocation result meant for this agent.
-const DriverName = "vgpu.tessera.io"
+const DriverName = api.DRADriver
 
 // Attribute and capacity names, in the driver's own domain (CEL reads them as
 // device.attributes["vgpu.tessera.io"].uuid and device.capacity["vgpu.tessera.io"].memory).
@@ -26,8 +26,8 @@ const (
 	AttrNUMANode    resourceapi.QualifiedName = "numaNode"
 	AttrLinkDomain  resourceapi.QualifiedName = "linkDomain"
 
-	CapacityMemory resourceapi.QualifiedName = "memory"
-	CapacityCores  resourceapi.QualifiedName = "cores"
+	CapacityMemory = api.DRACapacityMemory
+	CapacityCores  = api.DRACapacityCores
 )
 
 // Capacity policy. Memory is granted in whole MiB, the unit of vgpu-core's limit: a
@@ -41,7 +41,7 @@ const (
 	// DefaultMinMemoryMiB is the smallest memory share when Options.MinMemoryMiB is 0.
 	DefaultMinMemoryMiB = 256
 	// MaxCores is the cores capacity of every card: percent of its SMs.
-	MaxCores = 100
+	MaxCores = api.DRAMaxCores
 )
 
 // Options tune the published model.

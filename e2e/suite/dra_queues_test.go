@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,47 +33,7 @@ import (
 // consumed capacity of dq-light's allocated claims.
 func TestDRAQueuesSplitCardMemoryByWeight(t *testing.T) {
 	ctx := context.Background()
-	conf, err := os.ReadFile(cl.Opts.SchedulerConf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const predicates = "  - name: predicates\n"
-	if !strings.Contains(string(conf), predicates) {
-		t.Fatalf("the suite's scheduler conf has no predicates plugin line %q", predicates)
-	}
-	draConf := filepath.Join(t.TempDir(), "volcano-scheduler-dra.conf")
-	edited := strings.Replace(string(conf), predicates,
-		predicates+"    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
-	if err := os.WriteFile(draConf, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	restore, err := cl.EnableDRA(ctx, draConf)
-	if err != nil {
-		t.Fatalf("the chart's DRA RBAC and DeviceClass: %v", err)
-	}
-	defer func() {
-		if err := restore(); err != nil {
-			t.Errorf("putting the harness's RBAC back: %v", err)
-		}
-	}()
-	if err := cl.RestartScheduler(ctx, draConf); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cl.RestartScheduler(ctx, ""); err != nil {
-			t.Errorf("scheduler back to the suite's conf: %v", err)
-		}
-	}()
-	for _, n := range draNodes {
-		if err := cl.AddNode(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := cl.RemoveNode(ctx, n.Name); err != nil {
-				t.Errorf("remove %s: %v", n.Name, err)
-			}
-		}()
-	}
+	defer startDRA(t)()
 	namespace := ns(t, "dra-queues")
 	defer cleanup(t, namespace)
 	queue(t, "dq-heavy", 3)

@@ -45,50 +45,7 @@ var draNodes = []cluster.Node{
 // unprepares every claim (no spec, no checkpoint entry).
 func TestDRAClaimsShareCardsWithExactLimits(t *testing.T) {
 	ctx := context.Background()
-	conf, err := os.ReadFile(cl.Opts.SchedulerConf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const predicates = "  - name: predicates\n"
-	if !strings.Contains(string(conf), predicates) {
-		t.Fatalf("the suite's scheduler conf has no predicates plugin line %q", predicates)
-	}
-	draConf := filepath.Join(t.TempDir(), "volcano-scheduler-dra.conf")
-	edited := strings.Replace(string(conf), predicates,
-		predicates+"    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
-	if err := os.WriteFile(draConf, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	restore, err := cl.EnableDRA(ctx, draConf)
-	if err != nil {
-		t.Fatalf("the chart's DRA RBAC and DeviceClass: %v", err)
-	}
-	defer func() {
-		if err := restore(); err != nil {
-			t.Errorf("putting the harness's RBAC back: %v", err)
-		}
-	}()
-	if err := cl.RestartScheduler(ctx, draConf); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cl.RestartScheduler(ctx, ""); err != nil {
-			t.Errorf("scheduler back to the suite's conf: %v", err)
-		}
-	}()
-	for _, n := range draNodes {
-		start := time.Now()
-		if err := cl.AddNode(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := cl.RemoveNode(ctx, n.Name); err != nil {
-				t.Errorf("remove %s: %v", n.Name, err)
-			}
-		}()
-		devs, _ := cl.DRADevices(ctx, n.Name)
-		t.Logf("%s up with %d devices in its ResourceSlice in %s", n.Name, len(devs), time.Since(start).Round(100*time.Millisecond))
-	}
+	defer startDRA(t)()
 	namespace := ns(t, "dra")
 	defer cleanup(t, namespace)
 	for name, caps := range map[string]map[resourcev1.QualifiedName]resource.Quantity{
@@ -199,6 +156,58 @@ func TestDRAClaimsShareCardsWithExactLimits(t *testing.T) {
 			t.Errorf("%s after its pods were deleted: claims %v still prepared", node, draCheckpointClaims(t, node))
 		}
 	}
+}
+
+// startDRA turns the DRA path on for a scenario, as a user with DRA nodes runs it: the
+// chart's RBAC and DeviceClass for cardAPI dra, the scheduler with its predicates
+// allocating claims, and the DRA nodes, each reported with its devices. The returned
+// function undoes all of it, the nodes first.
+func startDRA(t *testing.T) func() {
+	t.Helper()
+	ctx := context.Background()
+	draConf := filepath.Join(t.TempDir(), "volcano-scheduler-dra.conf")
+	if err := cluster.WriteDRASchedulerConf(cl.Opts.SchedulerConf, draConf); err != nil {
+		t.Fatal(err)
+	}
+	var undo []func()
+	done := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	restore, err := cl.EnableDRA(ctx, draConf)
+	if err != nil {
+		t.Fatalf("the chart's DRA RBAC and DeviceClass: %v", err)
+	}
+	undo = append(undo, func() {
+		if err := restore(); err != nil {
+			t.Errorf("putting the harness's RBAC back: %v", err)
+		}
+	})
+	if err := cl.RestartScheduler(ctx, draConf); err != nil {
+		done()
+		t.Fatal(err)
+	}
+	undo = append(undo, func() {
+		if err := cl.RestartScheduler(ctx, ""); err != nil {
+			t.Errorf("scheduler back to the suite's conf: %v", err)
+		}
+	})
+	for _, n := range draNodes {
+		start := time.Now()
+		if err := cl.AddNode(ctx, n); err != nil {
+			done()
+			t.Fatal(err)
+		}
+		undo = append(undo, func() {
+			if err := cl.RemoveNode(ctx, n.Name); err != nil {
+				t.Errorf("remove %s: %v", n.Name, err)
+			}
+		})
+		devs, _ := cl.DRADevices(ctx, n.Name)
+		t.Logf("%s up with %d devices in its ResourceSlice in %s", n.Name, len(devs), time.Since(start).Round(100*time.Millisecond))
+	}
+	return done
 }
 
 // draJob is a VolcanoJob of n pods on node, each with a claim from template for its one

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -26,18 +24,8 @@ var draNode = cluster.Node{Name: "gpu-node-dra", Machine: "a30x4", CardAPI: clus
 // (predicate.DynamicResourceAllocationEnable), beside which Volcano's allocator places
 // claims, and returns its path.
 func draConf(base, runDir string) (string, error) {
-	conf, err := os.ReadFile(base)
-	if err != nil {
-		return "", err
-	}
-	const predicates = "  - name: predicates\n"
-	if !strings.Contains(string(conf), predicates) {
-		return "", fmt.Errorf("%s: no predicates plugin line %q to turn DRA allocation on in", base, predicates)
-	}
-	edited := strings.Replace(string(conf), predicates,
-		predicates+"    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
 	path := filepath.Join(runDir, "volcano-scheduler-dra.conf")
-	return path, os.WriteFile(path, []byte(edited), 0o644)
+	return path, cluster.WriteDRASchedulerConf(base, path)
 }
 
 // addDRANode gives the cluster what the chart gives it with cardAPI dra (the agents' and

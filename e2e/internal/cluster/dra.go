@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -129,6 +130,23 @@ func (c *Cluster) DRADevices(ctx context.Context, node string) ([]resourcev1.Dev
 		out = append(out, s.Spec.Devices...)
 	}
 	return out, nil
+}
+
+// WriteDRASchedulerConf writes base's scheduler conf with its predicates plugin
+// allocating claims (predicate.DynamicResourceAllocationEnable: true), as a user turns
+// Volcano's DRA allocation on, to path.
+func WriteDRASchedulerConf(base, path string) error {
+	conf, err := os.ReadFile(base)
+	if err != nil {
+		return err
+	}
+	const predicates = "  - name: predicates\n"
+	if !strings.Contains(string(conf), predicates) {
+		return fmt.Errorf("%s: no predicates plugin line %q to turn DRA allocation on in", base, predicates)
+	}
+	edited := strings.Replace(string(conf), predicates,
+		predicates+"    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
+	return os.WriteFile(path, []byte(edited), 0o644)
 }
 
 // EnableDRA gives the harness's accounts what the chart gives them for DRA, rendered with

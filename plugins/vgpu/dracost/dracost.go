@@ -28,11 +28,11 @@ import (
 // Names the node agent's driver publishes (deviceplugin/dra, model.go); the chart
 // installs the DeviceClass under the driver's name.
 const (
-	Driver                                   = "vgpu.tessera.io"
-	Class                                    = "vgpu.tessera.io"
-	CapacityMemory resourceapi.QualifiedName = "memory"
-	CapacityCores  resourceapi.QualifiedName = "cores"
-	MaxCores                                 = 100
+	Driver         = api.DRADriver
+	Class          = api.DRADriver
+	CapacityMemory = api.DRACapacityMemory
+	CapacityCores  = api.DRACapacityCores
+	MaxCores       = api.DRAMaxCores
 )
 
 // ErrNotCounted is wrapped by every error about a claim result left out of the count.
@@ -162,46 +162,9 @@ func cardNamed(cards []api.Card, device string) (api.Card, bool) {
 // consumed reads a result's consumed memory (MiB) and cores and checks them against
 // the card, as the agent does.
 func consumed(cc map[resourceapi.QualifiedName]resource.Quantity, card api.Card, field string) (int64, int, error) {
-	for name := range cc {
-		if name != CapacityMemory && name != CapacityCores {
-			return 0, 0, fmt.Errorf("%w: %s: %q is not a capacity of %s", ErrNotCounted, field, name, Driver)
-		}
+	mib, cores, err := api.DRAConsumedShare(cc, card, field)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %v", ErrNotCounted, err)
 	}
-	mem, ok := cc[CapacityMemory]
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: %s: %s missing", ErrNotCounted, field, CapacityMemory)
-	}
-	f := fmt.Sprintf("%s[%s]", field, CapacityMemory)
-	bytes, whole := wholeValue(mem)
-	switch {
-	case mem.Sign() < 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is negative", ErrNotCounted, f, mem.String())
-	case mem.Cmp(*resource.NewQuantity(card.MemoryMiB<<20, resource.BinarySI)) > 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is above card %s's %d MiB", ErrNotCounted, f, mem.String(), card.UUID, card.MemoryMiB)
-	case !whole || bytes%(1<<20) != 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is not a whole number of MiB", ErrNotCounted, f, mem.String())
-	case bytes == 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is zero (a share needs memory)", ErrNotCounted, f, mem.String())
-	}
-	q, ok := cc[CapacityCores]
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: %s: %s missing", ErrNotCounted, field, CapacityCores)
-	}
-	f = fmt.Sprintf("%s[%s]", field, CapacityCores)
-	cores, whole := wholeValue(q)
-	switch {
-	case q.Sign() < 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is negative", ErrNotCounted, f, q.String())
-	case q.Cmp(*resource.NewQuantity(MaxCores, resource.DecimalSI)) > 0:
-		return 0, 0, fmt.Errorf("%w: %s: %q is above %d percent of card %s", ErrNotCounted, f, q.String(), MaxCores, card.UUID)
-	case !whole:
-		return 0, 0, fmt.Errorf("%w: %s: %q is not a whole percent", ErrNotCounted, f, q.String())
-	}
-	return bytes >> 20, int(cores), nil
-}
-
-// wholeValue is q as an integer, and whether q is exactly that integer.
-func wholeValue(q resource.Quantity) (int64, bool) {
-	n := q.Value() // rounds up
-	return n, resource.NewQuantity(n, resource.DecimalSI).Cmp(q) == 0
+	return mib, cores, nil
 }
