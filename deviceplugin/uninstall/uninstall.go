@@ -104,6 +104,10 @@ func (w *Watch) Run(ctx context.Context) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if seen {
+		klog.InfoS("Watching the agent's DaemonSet: once it is deleted (helm uninstall), host files go when the agent stops, if no pod holds the node's cards",
+			"daemonSet", klog.KRef(w.Namespace, w.Name))
+	}
 	if !seen {
 		// Not (or no longer) there: an agent run by hand with the wrong name, or one
 		// started while the chart is being removed. Say so; never remove on a guess.

@@ -106,6 +106,13 @@ func uninstallKeepsRunningContainers(t *testing.T, namespace string, running cor
 		if err := cl.WaitNodeReady(ctx, node, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		// As on a node where the agent has run a while: its watch of the DaemonSet has
+		// synced before the chart is removed.
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return strings.Contains(logSince(t, "agent-"+node, offsets[node]), "Watching the agent's DaemonSet"), nil
+		}); err != nil {
+			t.Fatalf("%s's agent never started watching its DaemonSet:\n%s", node, lastLines(logSince(t, "agent-"+node, offsets[node]), 20))
+		}
 	}
 	// The processes of the pod that keeps running, with their start times.
 	h := handed(t)
