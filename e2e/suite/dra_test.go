@@ -340,3 +340,63 @@ func draCheckpointClaims(t *testing.T, node string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// An XID on a DRA node's card, with the DRADeviceTaints gate on: the agent's health
+// monitor marks the card unhealthy and its device in the ResourceSlice gets the
+// NoSchedule taint tessera.io/unhealthy; a claim made then is allocated another card of
+// the node, and once the card heals (the agents' --health-recover-after) the taint is
+// gone from the slice.
+func TestDRATaintKeepsNewClaimsOffAnUnhealthyCard(t *testing.T) {
+	defer startDRA(t)()
+	ctx := context.Background()
+	namespace := ns(t, "dra-taint")
+	defer cleanup(t, namespace)
+	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
+		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("30")}}}}
+	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-30"},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cards := draCards(t, "gpu-dra2")
+	start := time.Now()
+	if err := cl.InjectXID("gpu-dra2", 0, 79); err != nil {
+		t.Fatal(err)
+	}
+	tainted := func(want bool) error {
+		return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			devs, err := cl.DRADevices(ctx, "gpu-dra2")
+			if err != nil {
+				return false, nil
+			}
+			for _, d := range devs {
+				if d.Name != "card-0" {
+					continue
+				}
+				has := false
+				for _, tn := range d.Taints {
+					has = has || tn.Key == "tessera.io/unhealthy" && tn.Effect == resourcev1.DeviceTaintEffectNoSchedule
+				}
+				return has == want, nil
+			}
+			return false, nil
+		})
+	}
+	if err := tainted(true); err != nil {
+		t.Fatalf("gpu-dra2's card-0 never got the tessera.io/unhealthy taint in its ResourceSlice after XID 79: %v", err)
+	}
+	t.Logf("XID 79 on gpu-dra2's card-0: tainted in the ResourceSlice %s later", time.Since(start).Round(100*time.Millisecond))
+	submit(t, draJob(namespace, "late", "share-4g-30", "gpu-dra2", 1))
+	late := waitDRAPods(t, namespace, "late", 1)
+	if got := checkDRAContainer(t, late[0], cards, 4096, 30); got == "card-0" {
+		t.Errorf("a claim made while card-0 is tainted unhealthy was allocated card-0")
+	}
+	if err := tainted(false); err != nil {
+		t.Errorf("gpu-dra2's card-0 kept its taint after it healed: %v", err)
+	} else {
+		t.Logf("card-0 healed and untainted %s after the XID", time.Since(start).Round(100*time.Millisecond))
+	}
+}
