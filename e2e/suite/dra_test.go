@@ -400,3 +400,79 @@ func TestDRATaintKeepsNewClaimsOffAnUnhealthyCard(t *testing.T) {
 		t.Logf("card-0 healed and untainted %s after the XID", time.Since(start).Round(100*time.Millisecond))
 	}
 }
+
+// A gang of claims is placed whole or not at all: four pods of minAvailable 4, each with
+// a claim of 30 cores, pinned to gpu-dra1, whose allocator (Kubernetes 1.34.2) only lets
+// shares onto card-0, where three fit: no pod is bound and no claim stays allocated. Three
+// pods of minAvailable 3 then all run.
+func TestDRAGangOfClaimsIsAllOrNothing(t *testing.T) {
+	defer startDRA(t)()
+	ctx := context.Background()
+	namespace := ns(t, "dra-gang")
+	defer cleanup(t, namespace)
+	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
+		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("30")}}}}
+	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-30"},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, draJob(namespace, "four", "share-4g-30", "gpu-dra1", 4))
+	// Long enough for the claims to be created and for several sessions to try the gang.
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		pods, err := workload.Pods(ctx, cl.Client, namespace, "four")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				t.Fatalf("%s of a gang of 4 that cannot fit whole was bound to %s", p.Name, p.Spec.NodeName)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	claims, err := cl.Client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if c.Status.Allocation != nil {
+			t.Errorf("claim %s of the unplaced gang is allocated: %+v", c.Name, c.Status.Allocation.Devices.Results)
+		}
+	}
+	t.Logf("a gang of 4 shares that only 3 can take: nothing bound, none of its %d claims allocated after 15 s", len(claims.Items))
+	if err := cl.Volcano.BatchV1alpha1().Jobs(namespace).Delete(ctx, "four", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cs, err := cl.Client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(cs.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("the unplaced gang's claims were not collected with its pods: %v", err)
+	}
+	start := time.Now()
+	submit(t, draJob(namespace, "three", "share-4g-30", "gpu-dra1", 3))
+	// Volcano v1.14.1 keeps the allocations its DRA plugin tried for the gang of four in the
+	// scheduler's memory after discarding the gang, and their claims being deleted does not
+	// release them: the gang of three, which fits, is refused "cannot allocate all claims"
+	// until the scheduler restarts (docs/dra.md, "Known defect of Volcano v1.14.1"). This
+	// pins that: when a Volcano release fixes it, this check fails and the restart goes.
+	pods, err := workload.WaitPods(ctx, cl.Client, namespace, "three", 30*time.Second, workload.AllPhase(3, corev1.PodRunning))
+	if err == nil {
+		t.Errorf("the gang of three ran %s after submission without a scheduler restart: Volcano no longer keeps a discarded gang's claim allocations; remove the restart below and update docs/dra.md", time.Since(start).Round(100*time.Millisecond))
+	} else {
+		t.Logf("the gang of three is still refused 30 s later (%s): the discarded gang's claim allocations are held in the scheduler; restarting it", workload.Summary(pods))
+		if err := cl.RestartSchedulerAsIs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	three := waitDRAPods(t, namespace, "three", 3)
+	for _, p := range three {
+		checkDRAContainer(t, p, draCards(t, "gpu-dra1"), 4096, 30)
+	}
+	t.Logf("a gang of 3 shares runs whole %s after submission", time.Since(start).Round(100*time.Millisecond))
+}

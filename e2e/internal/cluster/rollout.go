@@ -36,6 +36,15 @@ func (c *Cluster) RestartScheduler(ctx context.Context, conf string) error {
 	return c.StartScheduler(ctx)
 }
 
+// RestartSchedulerAsIs stops the scheduler and starts it again with the conf it runs
+// now, as a pod restart does.
+func (c *Cluster) RestartSchedulerAsIs(ctx context.Context) error {
+	c.mu.Lock()
+	conf := c.schedConf
+	c.mu.Unlock()
+	return c.RestartScheduler(ctx, conf)
+}
+
 // RollAgents replaces every node's agent in turn, with config as the --config file under
 // the harness's flags ("" for none: flags only). Each agent is stopped gracefully, started
 // again, and its node must be ready with the agent's inventory within timeout before the
