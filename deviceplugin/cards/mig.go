@@ -19,16 +19,6 @@ func (r *Registry) SetMIGLayout(uuid string, instances []api.MIGInstance, shares
 	}
 	r.cards[i].MIGInstances = append([]api.MIGInstance{}, instances...)
 	r.cards[i].Shares = shares
-	subs := make([]chan struct{}, 0, len(r.subs))
-	for _, ch := range r.subs {
-		subs = append(subs, ch)
-	}
-	r.mu.Unlock()
-	for _, ch := range subs {
-		select {
-		case ch <- struct{}{}:
-		default: // a notification is already pending; the reader will see the latest state
-		}
-	}
+	r.notifyAndUnlock()
 	return true
 }

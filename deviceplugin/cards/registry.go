@@ -91,6 +91,14 @@ func (r *Registry) SetHealth(uuid string, healthy bool, reason string) bool {
 	} else {
 		r.reasons[uuid] = reason
 	}
+	r.notifyAndUnlock()
+	return true
+}
+
+// notifyAndUnlock releases r.mu, which the caller holds after changing a card, and then
+// tells every subscriber. Notifications coalesce: one already pending is enough, since
+// the reader sees the latest state.
+func (r *Registry) notifyAndUnlock() {
 	subs := make([]chan struct{}, 0, len(r.subs))
 	for _, ch := range r.subs {
 		subs = append(subs, ch)
@@ -99,10 +107,9 @@ func (r *Registry) SetHealth(uuid string, healthy bool, reason string) bool {
 	for _, ch := range subs {
 		select {
 		case ch <- struct{}{}:
-		default: // a notification is already pending; the reader will see the latest state
+		default:
 		}
 	}
-	return true
 }
 
 // Subscribe returns a channel that receives a value after each health change, and a

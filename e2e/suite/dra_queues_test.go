@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -38,16 +36,7 @@ func TestDRAQueuesSplitCardMemoryByWeight(t *testing.T) {
 	defer cleanup(t, namespace)
 	queue(t, "dq-heavy", 3)
 	queue(t, "dq-light", 1)
-	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
-		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
-			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("25")}}}}
-	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-25"},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimTemplate(t, namespace, "share-4g-25", "4096Mi", "25")
 	light := draJob(namespace, "light", "share-4g-25", "", 16)
 	light.Spec.Queue = "dq-light"
 	light.Spec.MinAvailable = 1

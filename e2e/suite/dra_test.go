@@ -48,23 +48,9 @@ func TestDRAClaimsShareCardsWithExactLimits(t *testing.T) {
 	defer startDRA(t)()
 	namespace := ns(t, "dra")
 	defer cleanup(t, namespace)
-	for name, caps := range map[string]map[resourcev1.QualifiedName]resource.Quantity{
-		"share-4g-30": {"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("30")},
-		"share-2g-10": {"memory": resource.MustParse("2048Mi"), "cores": resource.MustParse("10")},
-		"whole-card":  nil,
-	} {
-		req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
-			AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}
-		if caps != nil {
-			req.Exactly.Capacity = &resourcev1.CapacityRequirements{Requests: caps}
-		}
-		if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claimTemplate(t, namespace, "share-4g-30", "4096Mi", "30")
+	claimTemplate(t, namespace, "share-2g-10", "2048Mi", "10")
+	claimTemplate(t, namespace, "whole-card", "", "")
 	cards := draCards(t, "gpu-dra1")
 
 	start := time.Now()
@@ -210,6 +196,24 @@ func startDRA(t *testing.T) func() {
 	return done
 }
 
+// claimTemplate creates a ResourceClaimTemplate for one card of Tessera's DeviceClass:
+// memory and cores consumed, or, both empty, the whole card.
+func claimTemplate(t *testing.T, namespace, name, memory, cores string) {
+	t.Helper()
+	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
+		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}
+	if memory != "" || cores != "" {
+		req.Exactly.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse(memory), "cores": resource.MustParse(cores)}}
+	}
+	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(context.Background(), &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // draJob is a VolcanoJob of n pods on node, each with a claim from template for its one
 // container.
 func draJob(namespace, name, template, node string, n int32) *batchv1alpha1.Job {
@@ -351,16 +355,7 @@ func TestDRATaintKeepsNewClaimsOffAnUnhealthyCard(t *testing.T) {
 	ctx := context.Background()
 	namespace := ns(t, "dra-taint")
 	defer cleanup(t, namespace)
-	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
-		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
-			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("30")}}}}
-	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-30"},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimTemplate(t, namespace, "share-4g-30", "4096Mi", "30")
 	cards := draCards(t, "gpu-dra2")
 	start := time.Now()
 	if err := cl.InjectXID("gpu-dra2", 0, 79); err != nil {
@@ -410,16 +405,7 @@ func TestDRAGangOfClaimsIsAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	namespace := ns(t, "dra-gang")
 	defer cleanup(t, namespace)
-	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.DRADriver,
-		AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
-		Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
-			"memory": resource.MustParse("4096Mi"), "cores": resource.MustParse("30")}}}}
-	if _, err := cl.Client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "share-4g-30"},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{req}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimTemplate(t, namespace, "share-4g-30", "4096Mi", "30")
 	submit(t, draJob(namespace, "four", "share-4g-30", "gpu-dra1", 4))
 	// Long enough for the claims to be created and for several sessions to try the gang.
 	deadline := time.Now().Add(15 * time.Second)
