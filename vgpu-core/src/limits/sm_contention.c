@@ -1,12 +1,15 @@
 #include "sm_contention.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sm_math.h"
 
 #define WINDOW_NS 1000000000ULL
 #define MAX_PIDS 64
+/* The most sample slots the driver may ask room for (it asks for its whole buffer: 72 on driver 580). */
+#define MAX_ROOM 4096
 #define PER_PID 16
 #define CARD_READINGS 16
 #define MAX_OURS 256
@@ -22,6 +25,8 @@ struct card_hist {
     unsigned long long last_seen_us;
     nvmlReturn_t last_ret;   /* of the last GetProcessUtilization, for the debug log */
     unsigned last_cnt;
+    nvmlProcessUtilizationSample_t *buf; /* grown to the room the driver asks for; never freed */
+    unsigned room;
     struct sm_view last_view;
     struct sm_sample last_samples[4];
     bool last_ours[4], last_verdict;
@@ -56,21 +61,36 @@ static void add_sample(struct card_hist *h, uint32_t pid, unsigned util, uint64_
         slot->n++;
 }
 
-/* New per-process samples since the last poll; NOT_FOUND means none arrived, not "idle". */
+/*
+ * New per-process samples since the last poll; NOT_FOUND means none arrived, not "idle". The driver wants
+ * room for its whole sample buffer, not for the samples it returns (580.159 answers INSUFFICIENT_SIZE with
+ * count 72 to a 64-entry buffer with one process on the card), so the buffer grows to what it asks.
+ */
 static void read_samples(struct card_hist *h, nvmlDevice_t nvml, uint64_t now)
 {
-    nvmlProcessUtilizationSample_t s[MAX_PIDS];
-    unsigned cnt = MAX_PIDS;
-    h->last_ret = tessera_nvml.nvmlDeviceGetProcessUtilization
-                      ? tessera_nvml.nvmlDeviceGetProcessUtilization(nvml, s, &cnt, h->last_seen_us)
-                      : NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!tessera_nvml.nvmlDeviceGetProcessUtilization) {
+        h->last_ret = NVML_ERROR_FUNCTION_NOT_FOUND;
+        return;
+    }
+    unsigned cnt = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cnt = h->room;
+        h->last_ret = tessera_nvml.nvmlDeviceGetProcessUtilization(nvml, h->buf, &cnt, h->last_seen_us);
+        if (h->last_ret != NVML_ERROR_INSUFFICIENT_SIZE || cnt <= h->room || cnt > MAX_ROOM)
+            break;
+        nvmlProcessUtilizationSample_t *grown = realloc(h->buf, cnt * sizeof *grown);
+        if (!grown)
+            break;
+        h->buf = grown;
+        h->room = cnt;
+    }
     h->last_cnt = cnt;
     if (h->last_ret != NVML_SUCCESS)
         return;
-    for (unsigned k = 0; k < cnt && k < MAX_PIDS; k++) {
-        add_sample(h, s[k].pid, s[k].smUtil, now);
-        if (s[k].timeStamp > h->last_seen_us)
-            h->last_seen_us = s[k].timeStamp;
+    for (unsigned k = 0; k < cnt && k < h->room; k++) {
+        add_sample(h, h->buf[k].pid, h->buf[k].smUtil, now);
+        if (h->buf[k].timeStamp > h->last_seen_us)
+            h->last_seen_us = h->buf[k].timeStamp;
     }
 }
 

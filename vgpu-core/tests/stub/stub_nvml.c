@@ -149,7 +149,10 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
  * Utilisation as a real driver reports it (../shared/notes/nvml-on-h100.md): a new per-process
  * sample every period (TESSERA_STUB_NVML_PERIOD_MS, default 200), published 1-100 ms after the
  * period it covers ends; NOT_FOUND between samples; a busy card reads TESSERA_STUB_NVML_SCALE
- * percent (default 90), not 100; the card-wide counter lags a further period.
+ * percent (default 90), not 100; the card-wide counter lags a further period. The caller's buffer must
+ * hold the driver's whole sample buffer, not just the samples it returns: driver 580.159 on an H200
+ * answers INSUFFICIENT_SIZE with count 72 to a 64-entry buffer even with one process on the card
+ * (TESSERA_STUB_NVML_BUFFER, default 72).
  */
 #define EPOCH_US 1700000000000000ULL
 #define HOST_PID_OFFSET 3000000u
@@ -165,6 +168,12 @@ static unsigned scale_pct(void)
 {
     const char *v = getenv("TESSERA_STUB_NVML_SCALE");
     return v ? (unsigned)strtoul(v, NULL, 10) : 90;
+}
+
+static unsigned sample_buffer(void)
+{
+    const char *v = getenv("TESSERA_STUB_NVML_BUFFER");
+    return v ? (unsigned)strtoul(v, NULL, 10) : 72;
 }
 
 static int host_pids(void)
@@ -238,11 +247,11 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtil
     int n = usage(i, k, use, SIM_PROCS), shown = 0;
     for (int j = 0; j < n; j++)
         shown += shown_pid(&use[j]) != 0;
-    unsigned need = (unsigned)shown + fp;
+    unsigned need = (unsigned)shown + fp, room = sample_buffer() > need ? sample_buffer() : need;
     if (need == 0 || ts <= last_seen)
         return NVML_ERROR_NOT_FOUND; /* no sample since last_seen */
-    if (!s || *count < need) {
-        *count = need;
+    if (!s || *count < room) {
+        *count = room;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     unsigned m = 0;
