@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -129,5 +130,28 @@ func Summary(pods []corev1.Pod) string {
 		}
 		m[k]++
 	}
-	return fmt.Sprint(len(pods), " pods ", m)
+	out := fmt.Sprint(len(pods), " pods ", m)
+	shown := 0
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodFailed || shown == 3 {
+			continue
+		}
+		shown++
+		out += fmt.Sprintf("; failed %s on %s: %s", p.Name, p.Spec.NodeName, failure(p))
+	}
+	return out
+}
+
+// failure says why a pod failed: the kubelet's reason and message, or its containers' exits.
+func failure(p corev1.Pod) string {
+	why := strings.TrimSpace(p.Status.Reason + " " + p.Status.Message)
+	for _, c := range p.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil && t.ExitCode != 0 {
+			why += fmt.Sprintf(" container %s exited %d (%s %s)", c.Name, t.ExitCode, t.Reason, t.Message)
+		}
+	}
+	if why == "" {
+		return "no reason recorded"
+	}
+	return strings.TrimSpace(why)
 }
