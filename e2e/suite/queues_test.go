@@ -136,6 +136,7 @@ func TestQueuesShareCoresByWeightUnderContention(t *testing.T) {
 	for _, job := range []string{"heavy", "light"} {
 		if _, err := workload.WaitPods(context.Background(), cl.Client, n, job, 4*time.Minute, workload.AllPhase(100, corev1.PodSucceeded)); err != nil {
 			t.Errorf("job %s: %v", job, err)
+			explainFailedPods(t, n)
 		}
 	}
 }
