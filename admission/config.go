@@ -49,6 +49,10 @@ type Config struct {
 	// default; docs/queues.md). A gated pod is not reported Unschedulable, so cluster
 	// autoscalers add no node for a pod only its queue's share holds back.
 	QueueGate bool `json:"queueGate,omitempty"`
+	// DRAConversion rewrites the vGPU requests of pods in opted-in namespaces into
+	// ResourceClaims of the DRA driver, so existing jobs run on DRA nodes unchanged
+	// (off by default; draconvert.go, docs/dra.md).
+	DRAConversion DRAConversion `json:"draConversion,omitempty"`
 }
 
 // Resources are the resource names of a vGPU request, as in the scheduler's arguments.
@@ -96,7 +100,8 @@ func (l *Limit) scope() string {
 // DefaultConfig is what an empty file means: route to "volcano" and queue "default",
 // Volcano's resource names, no limits.
 func DefaultConfig() Config {
-	return Config{Version: ConfigVersion, SchedulerName: "volcano", DefaultQueue: "default"}
+	return Config{Version: ConfigVersion, SchedulerName: "volcano", DefaultQueue: "default",
+		DRAConversion: DRAConversion{DeviceClassName: api.DRADriver, MinMemoryMiB: DefaultDRAMinMemoryMiB}}
 }
 
 // LoadConfig reads and checks the file at path; "" is the default configuration.
@@ -163,6 +168,7 @@ func (c *Config) Validate() error {
 	for i := range c.Limits {
 		errs = append(errs, c.Limits[i].validate(fmt.Sprintf("limits[%d]", i))...)
 	}
+	errs = append(errs, c.DRAConversion.validate("draConversion")...)
 	return errors.Join(errs...)
 }
 

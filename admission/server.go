@@ -14,10 +14,30 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// NewMux routes the two webhooks and the health endpoints the kubelet probes.
-func NewMux(p *Policy, ns NamespaceQueues, ready func() bool) *http.ServeMux {
+// MuxOption adds what a configured feature needs to NewMux.
+type MuxOption func(*Converter)
+
+// WithClaimTemplates gives the DRA conversion (draConversion) the client it makes the
+// claims' templates with; without it, pods to convert are refused with the reason.
+func WithClaimTemplates(t ClaimTemplates) MuxOption {
+	return func(c *Converter) { c.Templates = t }
+}
+
+// NewMux routes the two webhooks and the health endpoints the kubelet probes. Where ns
+// also tells namespaces' card API (ListerQueues does), the mutating path converts the
+// pods sent to DRA nodes, or refuses them with draConversion off (draconvert.go).
+func NewMux(p *Policy, ns NamespaceQueues, ready func() bool, opts ...MuxOption) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle(PathMutate, &Handler{Policy: p, Namespaces: ns, Mutating: true})
+	mutate := &Handler{Policy: p, Namespaces: ns, Mutating: true}
+	if cardAPIs, ok := ns.(NamespaceCardAPIs); ok {
+		c := &Converter{Mutate: mutate, CardAPIs: cardAPIs}
+		for _, o := range opts {
+			o(c)
+		}
+		mux.Handle(PathMutate, c)
+	} else {
+		mux.Handle(PathMutate, mutate)
+	}
 	mux.Handle(PathValidate, &Handler{Policy: p, Namespaces: ns})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

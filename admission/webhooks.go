@@ -57,12 +57,15 @@ func Webhooks(client admissionregv1.WebhookClientConfig, n api.ResourceNames, mu
 	}
 	match := []admissionregv1.MatchCondition{{Name: MatchConditionName, Expression: MatchExpression(n)}}
 	none := admissionregv1.SideEffectClassNone
+	// With draConversion on, the mutating webhook creates the claims' templates, except
+	// on a dry run (draconvert.go).
+	noneOnDryRun := admissionregv1.SideEffectClassNoneOnDryRun
 	equivalent := admissionregv1.Equivalent
 	never := admissionregv1.NeverReinvocationPolicy
 	versions := []string{"v1"}
 	m := admissionregv1.MutatingWebhook{Name: MutatingWebhookName, ClientConfig: at(PathMutate),
 		Rules: rule(admissionregv1.Create), FailurePolicy: &mutatingPolicy, MatchPolicy: &equivalent,
-		SideEffects: &none, TimeoutSeconds: &timeoutSeconds, AdmissionReviewVersions: versions,
+		SideEffects: &noneOnDryRun, TimeoutSeconds: &timeoutSeconds, AdmissionReviewVersions: versions,
 		ReinvocationPolicy: &never, MatchConditions: match}
 	v := admissionregv1.ValidatingWebhook{Name: ValidatingWebhookName, ClientConfig: at(PathValidate),
 		Rules: rule(admissionregv1.Create, admissionregv1.Update), FailurePolicy: &validatingPolicy, MatchPolicy: &equivalent,

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	admissionregv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	resourcev1client "k8s.io/client-go/kubernetes/typed/resource/v1"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -117,7 +118,7 @@ func run(ctx context.Context, o *options, cfg *admission.Config) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig %q: %w", o.kubeconfig, err)
 	}
-	// Typed clients of the two groups it uses, not the whole clientset: a third of the binary.
+	// Typed clients of the groups it uses, not the whole clientset: a third of the binary.
 	core, err := corev1client.NewForConfig(rest)
 	if err != nil {
 		return err
@@ -143,7 +144,15 @@ func run(ctx context.Context, o *options, cfg *admission.Config) error {
 		&corev1.Namespace{}, 10*time.Minute, cache.Indexers{})
 	queues := &admission.ListerQueues{Lister: listerscorev1.NewNamespaceLister(nsInformer.GetIndexer()), Client: core}
 	go nsInformer.Run(ctx.Done())
+	var muxOpts []admission.MuxOption
+	if cfg.DRAConversion.Enabled {
+		rc, err := resourcev1client.NewForConfig(rest)
+		if err != nil {
+			return err
+		}
+		muxOpts = append(muxOpts, admission.WithClaimTemplates(&admission.TemplateClient{Client: rc}))
+	}
 	klog.InfoS("Admission webhook starting", "version", buildinfo.String(program), "schedulerName", cfg.SchedulerName,
-		"defaultQueue", cfg.DefaultQueue, "limits", len(cfg.Limits), "queueGate", cfg.QueueGate)
-	return admission.Serve(ctx, o.listen, cert, admission.NewMux(admission.NewPolicy(*cfg), queues, nsInformer.HasSynced))
+		"defaultQueue", cfg.DefaultQueue, "limits", len(cfg.Limits), "queueGate", cfg.QueueGate, "draConversion", cfg.DRAConversion.Enabled)
+	return admission.Serve(ctx, o.listen, cert, admission.NewMux(admission.NewPolicy(*cfg), queues, nsInformer.HasSynced, muxOpts...))
 }

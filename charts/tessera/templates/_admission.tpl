@@ -22,6 +22,13 @@ agent's resource name; the other three are Volcano's. */}}
 {{- $conf := dict "version" "v1" "schedulerName" (default (first $names) $a.config.schedulerName) "schedulerNames" $names "defaultQueue" (default .Values.scheduler.defaultQueue $a.config.defaultQueue) "resources" (dict "number" .Values.devicePlugin.config.resourceName) -}}
 {{- if $a.config.limits -}}{{- $_ := set $conf "limits" $a.config.limits -}}{{- end -}}
 {{- if $a.config.queueGate -}}{{- $_ := set $conf "queueGate" true -}}{{- end -}}
+{{- with $a.config.draConversion -}}{{- if .enabled -}}
+{{- $d := dict "enabled" true "podOptIn" (default false .podOptIn) -}}
+{{- if .deviceClassName -}}{{- $_ := set $d "deviceClassName" .deviceClassName -}}{{- end -}}
+{{- if .cardMemoryMiB -}}{{- $_ := set $d "cardMemoryMiB" (int64 .cardMemoryMiB) -}}{{- end -}}
+{{- if .minMemoryMiB -}}{{- $_ := set $d "minMemoryMiB" (int64 .minMemoryMiB) -}}{{- end -}}
+{{- $_ := set $conf "draConversion" $d -}}
+{{- end -}}{{- end -}}
 {{- toYaml $conf -}}
 {{- end -}}
 
