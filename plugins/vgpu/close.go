@@ -31,6 +31,7 @@ func (p *vgpuPlugin) publishMetrics(ssn *framework.Session) {
 	m.publishCards(p.ledger.EachCard)
 	m.publishOutOfService(p.ledger.EachCard)
 	m.notInCache.Set(float64(p.cacheMissing))
+	m.publishClaimsSkipped(p.ledger.ClaimsSkipped())
 	if p.shares != nil {
 		m.publishShares(p.shares.Standings())
 	}

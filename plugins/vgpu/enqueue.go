@@ -11,12 +11,23 @@ import (
 
 // jobEnqueueable keeps a gang out of the queue while the cluster's free vGPU
 // capacity cannot hold its minimum members, or when its queue's capability for card
-// memory or cores never could, and says why on the PodGroup.
+// memory or cores never could, and says why on the PodGroup: its device-plugin members
+// against the device-plugin nodes' cards, its members with claims of Tessera's DRA
+// class against the DRA nodes' cards (draenqueue.go).
 func (p *vgpuPlugin) jobEnqueueable(obj interface{}) int {
 	job, ok := obj.(*vapi.JobInfo)
 	if !ok {
 		return util.Abstain
 	}
+	if p.devicePluginGangEnqueueable(job) == util.Reject {
+		return util.Reject
+	}
+	return p.claimGangEnqueueable(job)
+}
+
+// devicePluginGangEnqueueable is jobEnqueueable for the members that ask for
+// volcano.sh/vgpu-* resources; members without count as placeable.
+func (p *vgpuPlugin) devicePluginGangEnqueueable(job *vapi.JobInfo) int {
 	reqs, others, err := p.pendingVGPU(job)
 	if err != nil {
 		p.refuseGang(job, PluginName+": "+err.Error())

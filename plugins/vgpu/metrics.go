@@ -10,6 +10,7 @@ import (
 
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/dracost"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
 
@@ -29,6 +30,11 @@ type metrics struct {
 	pipelinesRefused prometheus.Counter
 	// notInCache is the last session's bound vGPU pods missing from Volcano's cache.
 	notInCache prometheus.Gauge
+	// claimsSkipped is the last session's DRA claim results left out of the card
+	// book, by reason. A gauge, not a counter: every session reads every claim again,
+	// so one hostile claim would otherwise add one per session, and its rate would
+	// measure sessions, not claims.
+	claimsSkipped *prometheus.GaugeVec
 	// hooks are pluginSeconds' counters, resolved once: predicates run hundreds of
 	// thousands of times a session.
 	hooks map[string]prometheus.Counter
@@ -121,6 +127,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_pods_not_in_cache",
 			Help: "Bound vGPU pods the scheduler's informer holds and the last session did not (Volcano's cache still loading them); their nodes took no vGPU task and nothing was evicted.",
 		}),
+		claimsSkipped: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "dra_claim_results_skipped",
+			Help: "Allocation results of DRA claims (driver vgpu.tessera.io) the last session left out of the card book and the queue shares, by reason: unknown node, unknown device, admin access, card twice, bad capacity.",
+		}, []string{"reason"}),
 	}
 	m.hooks = map[string]prometheus.Counter{}
 	for _, hook := range []string{"predicate", "node_order", "allocate"} {
@@ -205,6 +215,20 @@ func outOfServiceCounts(each func(fn func(node string, c *placement.CardState)))
 		}
 	})
 	return counts
+}
+
+// publishClaimsSkipped sets the skipped claim results per reason. The five reasons
+// of dracost are always set, zero too, so that an alert can compare them with zero;
+// the series of any other reason lives as long as the sessions that count it.
+func (m *metrics) publishClaimsSkipped(skipped map[string]int) {
+	m.claimsSkipped.Reset()
+	for _, reason := range []string{dracost.ReasonUnknownNode, dracost.ReasonUnknownDevice, dracost.ReasonAdminAccess,
+		dracost.ReasonCardTwice, dracost.ReasonBadCapacity} {
+		m.claimsSkipped.WithLabelValues(reason).Set(0)
+	}
+	for reason, n := range skipped {
+		m.claimsSkipped.WithLabelValues(reason).Set(float64(n))
+	}
 }
 
 // publishShares records every queue's share in base units: memory in bytes, cores in

@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -9,13 +10,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
+	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/dracost"
 )
 
 func TestSessionPublishesCardUsageAndPendingReasons(t *testing.T) {
@@ -134,5 +138,65 @@ func TestCardGaugesFollowTheCardsSessionToSession(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.cardTenants.WithLabelValues("a", "0", "GPU-a-0")); got != 2 {
 		t.Errorf("tenants %v, want 2", got)
+	}
+}
+
+// The DRA claim results a session leaves out are exported per reason, as the last
+// session counted them: the scene of TestMalformedDRAClaimResultIsSkippedWithAReason
+// (one unknown device, one bad capacity) reads 1 and 1 and zero for the other three
+// reasons; a session after the claims are gone reads zero for all five.
+func TestSkippedClaimResultsAreExportedPerSession(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	testSched = NewSchedulerWithMetrics(reg)
+	scene := func(withBad bool) *uthelper.TestCommonStruct {
+		dra, slice := draNode("dra", 2)
+		good := claimPod("good", "pg-light", "dra", "good")
+		tc := &uthelper.TestCommonStruct{
+			Nodes:          []*corev1.Node{dra},
+			ResourceSlices: []*resourceapi.ResourceSlice{slice},
+			DeviceClasses:  []*resourceapi.DeviceClass{deviceClass(dracost.Driver)},
+			ResourceClaims: []*resourceapi.ResourceClaim{allocatedClaim("good", "dra", good.UID, []string{"card-0"}, "4Gi", "20")},
+			Queues:         []*schedulingv1.Queue{util.BuildQueue("light", 1, nil)},
+			PodGroups:      []*schedulingv1.PodGroup{util.BuildPodGroup("pg-light", "ns", "light", 1, nil, schedulingv1.PodGroupRunning)},
+			Pods:           []*corev1.Pod{good},
+		}
+		if withBad {
+			ghost, odd := claimPod("ghost", "pg-light", "dra", "ghost"), claimPod("odd", "pg-light", "dra", "odd")
+			tc.Pods = append(tc.Pods, ghost, odd)
+			tc.ResourceClaims = append(tc.ResourceClaims,
+				allocatedClaim("ghost", "dra", ghost.UID, []string{"card-9"}, "4Gi", "20"),
+				allocatedClaim("odd", "dra", odd.UID, []string{"card-1"}, "1.5Mi", "20"))
+		}
+		return tc
+	}
+	for _, tc := range []struct {
+		withBad bool
+		want    map[string]float64
+	}{
+		{true, map[string]float64{"unknown node": 0, "unknown device": 1, "admin access": 0, "card twice": 0, "bad capacity": 1}},
+		{false, map[string]float64{"unknown node": 0, "unknown device": 0, "admin access": 0, "card twice": 0, "bad capacity": 0}},
+	} {
+		ssn, p := open(t, scene(tc.withBad), draTiers())
+		p.publishMetrics(ssn)
+		got := map[string]float64{}
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "tessera_scheduler_dra_claim_results_skipped" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						got[l.GetValue()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("with the malformed claims %v: the registry reads %v, want %v", tc.withBad, got, tc.want)
+		}
 	}
 }

@@ -39,6 +39,8 @@ type vgpuPlugin struct {
 	pipelined *book.Pipelines
 	// shares is nil when vgpu.QueueShare is off.
 	shares *shares.Shares
+	// draOrder scores DRA nodes for pods whose cards come through claims.
+	draOrder *draOrder
 	// cacheMissing is how many bound vGPU pods the scheduler's informer holds and
 	// the session does not (cacheload.go): while any is missing, the queue shares and
 	// free cards are not known, so the plugin evicts nothing and refuses no gang on them.

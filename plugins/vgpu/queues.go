@@ -56,19 +56,27 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 	return s
 }
 
-// preemptive lets a queue reclaim cards for a vGPU task only while it is below its
-// card share: past it, the task waits for free cards like any other.
+// preemptive lets a queue reclaim cards for a vGPU task, or a task whose pod asks for
+// cards through claims, only while it is below its card share: past it, the task
+// waits for free cards like any other.
 func (p *vgpuPlugin) preemptive(queue, task interface{}) bool {
 	q, okq := queue.(*vapi.QueueInfo)
 	t, okt := task.(*vapi.TaskInfo)
 	if !okq || !okt {
 		return true
 	}
-	tr := p.request(t)
-	if tr == nil || tr.Err != nil || p.shares == nil {
+	if p.shares == nil {
 		return true
 	}
-	ok := p.shares.MayReclaim(q.UID, p.shares.Cost(tr.Req.Containers))
+	var cost fairshare.Amount
+	if tr := p.request(t); tr != nil && tr.Err == nil {
+		cost = p.shares.Cost(tr.Req.Containers)
+	} else if c, isDRA := p.claimCost(t); isDRA && tr == nil {
+		cost = c // what its claims ask (draclaims.go)
+	} else {
+		return true
+	}
+	ok := p.shares.MayReclaim(q.UID, cost)
 	if !ok {
 		klog.V(3).InfoS("vGPU task may not reclaim: its queue is at its card share", "task", klog.KRef(t.Namespace, t.Name),
 			"queue", q.Name)

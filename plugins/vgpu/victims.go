@@ -3,9 +3,7 @@ package vgpu
 import (
 	"sort"
 
-	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
-	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
@@ -21,38 +19,14 @@ import (
 //     could free cards for it, so that Volcano evicts nothing where it cannot help
 //     (evictcheck.go);
 //   - offers as victims the fewest vGPU tasks whose cards, once freed, make the task
-//     fit (Reclaimable, Preemptable: this file), never a pod without vGPU requests.
+//     fit (Reclaimable, Preemptable: victims in dravictims_session.go, which asks
+//     pickVictims here), never a pod without vGPU requests; for a task whose pod asks
+//     for cards through ResourceClaims, the fewest pods whose claims free cards on a
+//     DRA node (dravictims.go), never a device-plugin pod, and never a DRA pod for a
+//     device-plugin task (neither can use the other's cards).
 //     Volcano takes the victims of the first tier whose plugins offer any, so this
 //     choice is made where the plugin sits in the first tier
 //     (config/volcano-scheduler.conf).
-
-// victims chooses, among the candidates Volcano offers on one node, the fewest vGPU
-// tasks whose cards make the evictor fit (pickVictims). Tasks without vGPU requests
-// are never offered for a vGPU evictor; other evictors are left to the other plugins.
-func (p *vgpuPlugin) victims(evictor *vapi.TaskInfo, candidates []*vapi.TaskInfo) ([]*vapi.TaskInfo, int) {
-	tr := p.request(evictor)
-	if tr == nil || tr.Err != nil || len(candidates) == 0 {
-		return nil, util.Abstain
-	}
-	if p.cacheMissing > 0 {
-		// Which queue is over its share, and what a node's cards hold, are not known
-		// until the cache holds every bound vGPU pod (cacheload.go).
-		klog.V(4).InfoS("No vGPU victims while the scheduler's cache is loading", "task", klog.KRef(evictor.Namespace, evictor.Name),
-			"podsNotInCache", p.cacheMissing)
-		return nil, util.Permit
-	}
-	node, ok := p.ssn.Nodes[candidates[0].NodeName]
-	if !ok {
-		return nil, util.Permit
-	}
-	p.evictingOn.Store(evictor.UID, node.Name)
-	set, _ := p.pickVictims(evictor, tr, node, gangAdmitted(p.ssn.Jobs, evictor, candidates))
-	if len(set) == 0 {
-		klog.V(4).InfoS("No vGPU victims on the node free cards for the task", "task", klog.KRef(evictor.Namespace, evictor.Name),
-			"node", node.Name, "candidates", len(candidates))
-	}
-	return set, util.Permit
-}
 
 // pickVictims returns the fewest candidates whose cards, freed, make the evictor fit
 // the node's future cards, smallest holdings first; none when no allowed set frees

@@ -73,6 +73,7 @@ func (l *Ledger) AccountClaim(node, claim string, cards []api.CardAssignment) []
 			errs = append(errs, fmt.Errorf("claim %s: card %s is not on node %s", claim, c.UUID, node))
 			continue
 		}
+		l.dra.book(node, claim, []api.CardAssignment{c})
 		card := &n.Cards[i]
 		card.Used.MemoryMiB += c.MemoryMiB
 		card.Used.Cores += c.Cores
@@ -83,6 +84,38 @@ func (l *Ledger) AccountClaim(node, claim string, cards []api.CardAssignment) []
 		}
 	}
 	return errs
+}
+
+// DRANode is a copy of a DRA node's cards with what the session's allocated claims
+// consume of them; nil when the ledger holds no such node.
+func (l *Ledger) DRANode(node string) *placement.Node {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n, ok := l.dra.nodes[node]
+	if !ok {
+		return nil
+	}
+	return n.Clone()
+}
+
+// DRATakesClaims reports whether new claims may land on the DRA node's card: healthy,
+// not MIG, neither it nor its node cordoned (the cards of the supply).
+func (l *Ledger) DRATakesClaims(node string, c *placement.CardState) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.dra.takesClaims(node, c)
+}
+
+// ClaimCards is what an allocated claim (namespace/name) was booked on node: a copy of
+// its share of each card; false when the claim holds nothing there.
+func (l *Ledger) ClaimCards(node, claim string) ([]api.CardAssignment, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	cards, ok := l.dra.claims[claim][node]
+	if !ok {
+		return nil, false
+	}
+	return append([]api.CardAssignment(nil), cards...), true
 }
 
 // NoteClaimSkipped counts a claim result left out of the count, by reason; only while

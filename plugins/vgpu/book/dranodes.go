@@ -3,6 +3,7 @@ package book
 import (
 	"sort"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
 )
 
@@ -16,6 +17,9 @@ type draCards struct {
 	cordoned map[string]bool
 	// skipped counts the claim results left out of the count, by reason.
 	skipped map[string]int
+	// claims is, per claim (namespace/name) and node, the cards the claim was booked
+	// on: what evicting its pod would free.
+	claims map[string]map[string][]api.CardAssignment
 }
 
 func (d *draCards) add(n *placement.Node, cordoned bool) {
@@ -47,8 +51,24 @@ func (d *draCards) each(fn func(node string, c *placement.CardState)) {
 // nor its node cordoned.
 func (d *draCards) supply(fn func(c *placement.CardState)) {
 	d.each(func(node string, c *placement.CardState) {
-		if !d.cordoned[node] && c.Healthy && !c.MIG && c.Cordon == nil {
+		if d.takesClaims(node, c) {
 			fn(c)
 		}
 	})
+}
+
+// takesClaims reports whether new claims may land on the node's card c.
+func (d *draCards) takesClaims(node string, c *placement.CardState) bool {
+	return !d.cordoned[node] && c.Healthy && !c.MIG && c.Cordon == nil
+}
+
+// book remembers the cards a claim was booked on.
+func (d *draCards) book(node, claim string, cards []api.CardAssignment) {
+	if d.claims == nil {
+		d.claims = map[string]map[string][]api.CardAssignment{}
+	}
+	if d.claims[claim] == nil {
+		d.claims[claim] = map[string][]api.CardAssignment{}
+	}
+	d.claims[claim][node] = append(d.claims[claim][node], cards...)
 }
