@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 )
@@ -57,7 +58,11 @@ type podContainer struct {
 // volume of that name, and mounts it in every vGPU container that does not already use
 // the name or the path. What the pod spec already holds is left for Validate to judge.
 func (p *Policy) regionPatch(pod *corev1.Pod) []PatchOp {
-	cs := p.vgpuContainers(pod)
+	return regionVolumeOps(pod, p.vgpuContainers(pod))
+}
+
+// regionVolumeOps adds the volume, sized for cs, and mounts it in each of cs that lacks it.
+func regionVolumeOps(pod *corev1.Pod, cs []podContainer) []PatchOp {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -118,7 +123,10 @@ func cleanPath(p string) string {
 // patched does: each vGPU container must then pass api.CheckRegionVolume and mount
 // nothing else over the volume's directory.
 func (p *Policy) regionRefusal(pod *corev1.Pod) string {
-	cs := p.vgpuContainers(pod)
+	return refusal(pod, p.vgpuContainers(pod))
+}
+
+func refusal(pod *corev1.Pod, cs []podContainer) string {
 	used := hasRegionVolume(pod)
 	for _, pc := range cs {
 		used = used || mountsRegion(pc.c)
@@ -152,4 +160,67 @@ func overlay(pc podContainer) string {
 		}
 	}
 	return ""
+}
+
+// Pods that ask for cards through ResourceClaims of the vGPU DeviceClass (the node
+// agent's DRA driver) keep their regions on the same volume: the driver names each
+// claim's region in the limits file it gives the claim's containers, on the region volume
+// when every pod the claim is reserved for mounts it in the containers that use the
+// claim, in the pod's /dev/shm otherwise (where the agent cannot read it). The webhook
+// sees the pod, not its claims: the caller resolves which of the pod's claim entries
+// (spec.resourceClaims[].name) stand for claims of the class, with ClaimRequestsClass on
+// the ResourceClaim's or the ResourceClaimTemplate's spec.
+
+// ClaimRequestsClass reports whether a claim spec asks for a device of class in any of
+// its requests or their alternatives (firstAvailable).
+func ClaimRequestsClass(spec *resourcev1.ResourceClaimSpec, class string) bool {
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && r.Exactly.DeviceClassName == class {
+			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if sub.DeviceClassName == class {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// regionContainers are the pod's containers that keep a region: its vGPU containers and
+// those that reference one of the vGPU claim entries, init containers first, each once.
+func (p *Policy) regionContainers(pod *corev1.Pod, vgpuEntries map[string]bool) []podContainer {
+	var out []podContainer
+	for _, list := range []struct {
+		field string
+		cs    []corev1.Container
+	}{{"initContainers", pod.Spec.InitContainers}, {"containers", pod.Spec.Containers}} {
+		for i := range list.cs {
+			c := &list.cs[i]
+			uses := p.vgpuContainer(c)
+			for _, rc := range c.Resources.Claims {
+				uses = uses || vgpuEntries[rc.Name]
+			}
+			if uses {
+				out = append(out, podContainer{c: c, field: fmt.Sprintf("spec.%s[%d]", list.field, i),
+					pointer: "/spec/" + list.field + "/" + strconv.Itoa(i)})
+			}
+		}
+	}
+	return out
+}
+
+// RegionPatchWithClaims is the region patch of a pod being created whose vGPU claim
+// entries are vgpuEntries: the volume, sized for every container that keeps a region,
+// and its mount in each of them that lacks it. A pod with neither vGPU resources nor
+// vGPU claims gets nothing.
+func (p *Policy) RegionPatchWithClaims(pod *corev1.Pod, vgpuEntries map[string]bool) []PatchOp {
+	return regionVolumeOps(pod, p.regionContainers(pod, vgpuEntries))
+}
+
+// ClaimRegionRefusal is regionRefusal for a pod with vGPU claim entries: once any of its
+// region-keeping containers uses the reserved name or path, each of them must pass
+// api.CheckRegionVolume and mount nothing over the volume's directory.
+func (p *Policy) ClaimRegionRefusal(pod *corev1.Pod, vgpuEntries map[string]bool) string {
+	return refusal(pod, p.regionContainers(pod, vgpuEntries))
 }

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)
-	memGuard := newMemoryGuard(cfg, deps.Client, deps.ProcRoot, devices, store, pods, promReg)
+	memGuard := newMemoryGuard(cfg, deps.Client, deps.ProcRoot, devices, recordLimits(store, pods), promReg)
 
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }

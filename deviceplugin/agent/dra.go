@@ -22,7 +22,6 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/health"
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
-	"github.com/tessera-gpu/tessera/deviceplugin/memguard"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
 	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
@@ -47,8 +46,10 @@ type nodeParts struct {
 // coexistence watch run as in device-plugin mode; the health monitor's verdicts reach the
 // ResourceSlice as taints through the shared card registry.
 //
-// The memory guard stays off: it holds each pod to the limits of the handoff records,
-// keyed by pod, and a claim's limits are keyed by claim and may hold for several pods.
+// The memory guard holds each pod to the memory of the prepared claims its containers
+// reference (dra.GuardLimits); the pods bound to the node come from an informer of the
+// agent's own, which also tells the driver whether a new claim's pods have the region
+// volume (dra.ChooseRegion).
 //
 // It returns when ctx ends (nil), another GPU device plugin appears (that conflict), or
 // the driver fails to start or stops on its own (its error).
@@ -67,16 +68,16 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 	// The card gauges; no container series: the agent reads no region of a claim.
 	m := metrics.New(n.prom, metrics.Sources{Node: cfg.NodeName, Cards: n.reg, Store: &records.Store{Root: cfg.StateDir},
 		Pods: noPods{}, ProcRoot: deps.ProcRoot, KubeletPodsDir: cfg.KubeletPodsDir})
-	memguard.NewMetrics(n.prom, cfg.NodeName) // tessera_agent_memory_guard_active stays 0
-	if cfg.MemoryGuard.Mode != config.MemoryGuardOff {
-		klog.InfoS("WARNING: memory guard off with cardAPI dra: it checks pods against the device plugin's handoff records, and claims have none",
-			"mode", cfg.MemoryGuard.Mode)
-	}
 	pub := inventory.New(deps.Client, n.reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
 		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: n.guard.Observe}, m)
 	mon := health.New(deps.NVML, n.devices, n.reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
+	// The pods bound to the node: where a new claim's regions go, and the memory guard's pods.
+	nodePods := dra.NewNodePods(deps.Client, cfg.NodeName)
+	nodePods.Start(ctx)
+	defer func() { stop(); nodePods.Shutdown() }()
 	dcfg := draConfig(cfg, n.container)
+	dcfg.Prepare.Pods = nodePods.Getter(2 * time.Second)
 	// The driver's socket directory is its own (the kubelet creates only the registration
 	// directory); the helper listens there but does not create it.
 	if err := os.MkdirAll(dcfg.PluginDataDir, 0o750); err != nil {
@@ -96,6 +97,9 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 			return nil
 		}
 		return fmt.Errorf("start the DRA driver: %w", err)
+	}
+	if g := newMemoryGuard(cfg, deps.Client, deps.ProcRoot, n.devices, dra.GuardLimits(drv.Preparer(), nodePods.List), n.prom); g != nil {
+		run(func() { g.Run(ctx) })
 	}
 	n.ready.ready()
 	var conflict error

@@ -46,6 +46,10 @@ type draNode struct {
 	cfg     *config.Config
 	client  *fake.Clientset
 	machine *nvmlfake.Machine
+	// procRoot is the procfs the agent reads (Deps.ProcRoot): by default an empty
+	// directory, where the agent does not see the host's processes and its memory guard
+	// stays off.
+	procRoot string
 }
 
 func newDRANode(t *testing.T, extra ...string) *draNode {
@@ -63,7 +67,7 @@ func newDRANode(t *testing.T, extra ...string) *draNode {
 	}
 	k, cfg := agentOnFakeKubelet(t, append([]string{"--metrics-address=", "--dra-plugin-dir=" + filepath.Join(socks, "plugins"),
 		"--dra-registration-dir=" + filepath.Join(socks, "reg")}, extra...)...)
-	n := &draNode{kubelet: k, cfg: cfg, machine: nvmlfake.FourCardsTwoNUMA(),
+	n := &draNode{kubelet: k, cfg: cfg, machine: nvmlfake.FourCardsTwoNUMA(), procRoot: t.TempDir(),
 		client: fake.NewSimpleClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-a-uid"}})}
 	s := &specs.Spec{Version: cdi.Version, Kind: cfg.CDICardKind}
 	for i := 0; i < 4; i++ {
@@ -80,7 +84,9 @@ func newDRANode(t *testing.T, extra ...string) *draNode {
 // serves the agent's /metrics, /healthz and /readyz.
 func (n *draNode) run(ctx context.Context, lis net.Listener) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, n.cfg, Deps{NVML: n.machine, Client: n.client, MetricsListener: lis}) }()
+	go func() {
+		done <- Run(ctx, n.cfg, Deps{NVML: n.machine, Client: n.client, MetricsListener: lis, ProcRoot: n.procRoot})
+	}()
 	return done
 }
 
@@ -158,7 +164,8 @@ func TestTheAgentInDRAModeServesTheDRADriverInsteadOfTheDevicePlugin(t *testing.
 		}
 	}
 
-	// Ready once the driver serves; the cards' gauges and the memory guard's, off.
+	// Ready once the driver serves; the cards' gauges and the memory guard's, off (the
+	// agent does not see the host's processes here).
 	base := "http://" + lis.Addr().String()
 	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q once the driver started, want 200", code, body)

@@ -17,8 +17,10 @@ import (
 // newMemoryGuard builds the memory guard, or returns nil (it is off, or cannot see the
 // containers' processes, and says which). Its metrics are registered either way, so that
 // tessera_agent_memory_guard_active tells a dashboard which nodes are guarded.
+// limits are the pods' limits: the device plugin's records (recordLimits) or, with cardAPI
+// dra, the prepared claims (dra.GuardLimits).
 func newMemoryGuard(cfg *config.Config, client kubernetes.Interface, procRoot string, devices map[string]nvml.Device,
-	store *records.Store, pods handoff.PodLookup, reg prometheus.Registerer) *memguard.Guard {
+	limits memguard.Limits, reg prometheus.Registerer) *memguard.Guard {
 	m := memguard.NewMetrics(reg, cfg.NodeName)
 	mg := cfg.MemoryGuard
 	if mg.Mode == config.MemoryGuardOff {
@@ -33,16 +35,21 @@ func newMemoryGuard(cfg *config.Config, client kubernetes.Interface, procRoot st
 			"a container that escapes vgpu-core's limits is not stopped", "mode", mg.Mode, "procRoot", procRoot)
 		return nil
 	}
-	limits := func() (map[types.UID]memguard.PodLimits, error) {
+	return memguard.New(memguard.Options{Mode: mg.Mode, Interval: mg.Interval.Duration, OverChecks: mg.OverChecks, ProcRoot: procRoot,
+		Policy: memguard.Policy{ContextAllowance: uint64(mg.ContextAllowance.Value()), CountedProcesses: mg.CountedProcesses}},
+		devices, limits, memguard.PidfdKiller{ProcRoot: procRoot}, memguard.PodEvents{Client: client, Node: cfg.NodeName}, m)
+}
+
+// recordLimits are the guard's limits on a device-plugin node: the records of the pods
+// that still exist, read at each check.
+func recordLimits(store *records.Store, pods handoff.PodLookup) memguard.Limits {
+	return func() (map[types.UID]memguard.PodLimits, error) {
 		recs, err := store.Records()
 		if err != nil {
 			return nil, err
 		}
 		return podLimits(recs, pods.Exists), nil
 	}
-	return memguard.New(memguard.Options{Mode: mg.Mode, Interval: mg.Interval.Duration, OverChecks: mg.OverChecks, ProcRoot: procRoot,
-		Policy: memguard.Policy{ContextAllowance: uint64(mg.ContextAllowance.Value()), CountedProcesses: mg.CountedProcesses}},
-		devices, limits, memguard.PidfdKiller{ProcRoot: procRoot}, memguard.PodEvents{Client: client, Node: cfg.NodeName}, m)
 }
 
 // podLimits sums the memory limits of each live pod's containers per card, from the

@@ -80,9 +80,11 @@ func ClaimSpec(uid string, shares []Share, c *hookenv.Container, limits, hostDir
 }
 
 // limitsRecord is the record hookenv renders a claim's limits file from: the claim's
-// cards in index order, the default QoS class (a claim has no way to ask for another yet).
+// cards in index order, the default QoS class (a claim has no way to ask for another
+// yet), and its region (region.go: the record's container names the region file).
 func limitsRecord(uid string, p PreparedClaim) *records.Record {
-	rec := &records.Record{Namespace: p.Namespace, Pod: p.Name, UID: uid, Container: claimContainer, QoS: api.DefaultQoS}
+	rec := &records.Record{Namespace: p.Namespace, Pod: p.Name, UID: uid, Container: regionContainer(uid, p.Region), QoS: api.DefaultQoS,
+		RegionVolume: p.Region == RegionVolume}
 	for _, d := range p.Devices {
 		rec.Cards = append(rec.Cards, api.CardAssignment{UUID: d.UUID, MemoryMiB: d.MemoryMiB, Cores: d.Cores})
 	}

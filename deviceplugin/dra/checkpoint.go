@@ -37,11 +37,15 @@ type Checkpoint struct {
 	Claims  map[string]PreparedClaim `json:"claims"`
 }
 
-// PreparedClaim is one prepared claim: its shares and the CDI devices returned for them.
+// PreparedClaim is one prepared claim: its shares, the CDI devices returned for them and
+// where its containers keep their regions.
 type PreparedClaim struct {
 	Namespace string           `json:"namespace"`
 	Name      string           `json:"name"`
 	Devices   []PreparedDevice `json:"devices"`
+	// Region is RegionShm or RegionVolume (region.go); absent (RegionLegacy) in the
+	// entries of agents that kept every claim's region at one path per pod.
+	Region string `json:"region,omitempty"`
 }
 
 // PreparedDevice is one share and the CDI device IDs the kubelet got for it.
@@ -124,6 +128,8 @@ func (p PreparedClaim) validate() error {
 		return errors.New("name: missing")
 	case len(p.Devices) > maxClaimDevices:
 		return fmt.Errorf("devices: %d entries (at most %d)", len(p.Devices), maxClaimDevices)
+	case !validRegion(p.Region):
+		return fmt.Errorf("region: %q (want %q, %q or none)", clipText(p.Region), RegionShm, RegionVolume)
 	}
 	seen := map[string]bool{}
 	for i, d := range p.Devices {

@@ -112,6 +112,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add([]byte(`{"version":"v1","claims":{}}`))
 	f.Add([]byte(`{"version":"v1","claims":{"a-1":{"namespace":"n","name":"c","devices":[]}}}`))
 	f.Add([]byte(`{"version":"v1","claims":null}`))
+	f.Add([]byte(`{"version":"v1","claims":{"a-1":{"namespace":"n","name":"c","devices":[],"region":"volume"}}}`))
 	f.Add([]byte(`{"version":"v0"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {

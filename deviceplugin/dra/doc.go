@@ -10,6 +10,11 @@
 //   - checkpoint.go: the versioned record of prepared claims that survives a restart.
 //   - cdispec.go: the per-claim CDI spec (limits file, hook library, environment).
 //   - prepare.go: the kubeletplugin.DRAPlugin implementation.
+//   - region.go: where a claim's containers keep vgpu-core's region (the pods' region
+//     volume or their /dev/shm), chosen once per claim.
+//   - guardlimits.go, claimrecords.go: the prepared claims as the memory guard's per-pod
+//     limits and as per-pod records for the usage metrics; NodePods, the pods they are
+//     matched against.
 //   - driver.go: the Driver, which owns the kubelet plugin helper and republishes the
 //     ResourceSlice when health or cordons change.
 //

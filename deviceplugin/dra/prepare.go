@@ -55,6 +55,9 @@ type PrepareConfig struct {
 	Pool string
 	// Container renders the limits file and the hook library's edits.
 	Container hookenv.Container
+	// Pods finds the pods a claim is reserved for, to choose where its regions go
+	// (ChooseRegion); nil keeps every new claim's regions in its pods' /dev/shm.
+	Pods PodGetter
 }
 
 // Preparer implements kubeletplugin.DRAPlugin: it turns allocated claims into a limits
@@ -140,6 +143,16 @@ func (p *Preparer) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 		}
 	}
 
+	// A new claim's region is chosen before the lock: finding its pods may wait for the
+	// pod informer, and the guard reads the checkpoint meanwhile.
+	p.mu.Lock()
+	_, known := p.ckpt.Claims[uid]
+	p.mu.Unlock()
+	var why string
+	if !known {
+		want.Region, why = ChooseRegion(claim, p.cfg.Pods)
+	}
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if old, ok := p.ckpt.Claims[uid]; ok {
@@ -161,6 +174,10 @@ func (p *Preparer) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 	if err := p.fits(uid, want, inv.Cards); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
+	if why != "" {
+		klog.InfoS("The claim's regions stay in its pods' /dev/shm, where the agent cannot read them", "claim", klog.KObj(claim),
+			"uid", uid, "reason", why)
+	}
 	if err := p.writeFiles(uid, want); err != nil {
 		p.removeFiles(uid)
 		return nil, err
@@ -171,7 +188,7 @@ func (p *Preparer) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 		p.removeFiles(uid)
 		return nil, err
 	}
-	klog.InfoS("Prepared resource claim", "claim", klog.KObj(claim), "uid", uid, "shares", describe(want))
+	klog.InfoS("Prepared resource claim", "claim", klog.KObj(claim), "uid", uid, "shares", describe(want), "region", RegionPath(uid, want.Region))
 	return kubeletDevices(want), nil
 }
 

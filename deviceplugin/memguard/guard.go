@@ -40,7 +40,9 @@ type PodLimits struct {
 }
 
 // Limits returns the pods the agent set up on this node (pods that still exist) with
-// their limits.
+// their limits: on a device-plugin node from the records written at Allocate, on a DRA
+// node from the claims the driver prepared (dra.GuardLimits). It is called at every
+// check, so a pod or claim gone since the last one is forgotten.
 type Limits func() (map[types.UID]PodLimits, error)
 
 // Killer stops a process of a pod; it must not signal a process that is no longer in
