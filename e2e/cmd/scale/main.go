@@ -45,6 +45,7 @@ func main() {
 	report := flag.String("report", "", "only print the table of the results saved in this directory")
 	var schedFlags flagList
 	flag.Var(&schedFlags, "scheduler-flag", "extra vc-scheduler flag, e.g. -scheduler-flag=--v=4 (repeatable; for diagnosis: verbose logs slow the scheduler)")
+	draShare := flag.Float64("dra-share", 0, "in the Tessera run, this share of the GPU nodes publish their cards as ResourceSlices (the agent's DRA driver) and the same share of the card-asking jobs ask through ResourceClaimTemplates; the cluster runs with the DRA feature gates for every scheduler (0: none; the floor and deviceshare runs submit those jobs as without the flag)")
 	cache := flag.String("cache", filepath.Join(root, "e2e", ".cache", "bin"), "binary cache directory")
 	flag.Parse()
 	if *report != "" {
@@ -76,7 +77,12 @@ func main() {
 	if *crashAt < 0 || *crashAt >= 1 || *crashAt > 0 && *profile > 0 {
 		fail(fmt.Errorf("-crash-at %v: want a fraction in [0, 1), and no -profile with it (the profiles follow one process)", *crashAt))
 	}
-	cfg := scale.Config{Nodes: *nodes, Jobs: scale.Generate(*jobs, *seed, *cpuOnly),
+	if err := scale.CheckDRAShare(*draShare); err != nil {
+		fail(err)
+	}
+	workload := scale.Generate(*jobs, *seed, *cpuOnly)
+	scale.MarkDRA(workload, *draShare)
+	cfg := scale.Config{Nodes: *nodes, Jobs: workload, DRAShare: *draShare,
 		Rate: *rate, Restart: *restart, PodLife: *podLife, Stall: *stall, Timeout: *timeout, Profile: *profile, CrashAt: *crashAt, SchedulerFlags: schedFlags, Root: root, Progress: os.Stdout}
 	if *memLimit != "" {
 		q, err := resource.ParseQuantity(*memLimit)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -27,6 +28,8 @@ type burst struct {
 	cpu0       time.Duration // its CPU time when the measure began
 	crashCPU   time.Duration // the killed process's, when one was
 	sessions0  Histogram     // its session histogram when the measure began
+
+	claims []resourcev1.ResourceClaim // with a DRA share: the claims at the end of the wait
 }
 
 // sample is the scheduler's CPU and RSS read at one moment of the wait.
@@ -53,6 +56,13 @@ func runBurst(ctx context.Context, c *cluster.Cluster, cfg Config) (*burst, erro
 	}
 	if err := b.wait(ctx, c, cfg); err != nil {
 		return nil, err
+	}
+	if cfg.dra() {
+		list, err := c.Client.ResourceV1().ResourceClaims(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing the claims: %w", err)
+		}
+		b.claims = list.Items
 	}
 	if err := c.SchedulerGone(); err != nil {
 		return nil, err
@@ -192,6 +202,7 @@ func submit(ctx context.Context, c *cluster.Cluster, cfg Config) (map[string]tim
 	start := time.Now()
 	err := parallel(8, len(cfg.Jobs), func(i int) error {
 		j := cfg.Jobs[i]
+		j.DRA = j.DRA && cfg.dra()
 		if cfg.Rate > 0 {
 			if wait := time.Until(start.Add(time.Duration(float64(i) / cfg.Rate * float64(time.Second)))); wait > 0 {
 				time.Sleep(wait)

@@ -50,7 +50,7 @@ func Cards(pods []*corev1.Pod, d *api.Decoders, queueOf func(*corev1.Pod) string
 			return nil, nil, 0, fmt.Errorf("pod %s: %w", p.Name, err)
 		}
 		if !ok {
-			if wantsCards(p) {
+			if asksDevicePlugin(p) {
 				missing++
 			}
 			continue
@@ -74,7 +74,11 @@ func Cards(pods []*corev1.Pod, d *api.Decoders, queueOf func(*corev1.Pod) string
 	return load, perQueue, missing, nil
 }
 
-func wantsCards(p *corev1.Pod) bool {
+// wantsCards says whether the pod asks for cards, through the device plugin's resources
+// or through a claim (the run's only claims are the driver's).
+func wantsCards(p *corev1.Pod) bool { return asksDevicePlugin(p) || len(p.Spec.ResourceClaims) > 0 }
+
+func asksDevicePlugin(p *corev1.Pod) bool {
 	for _, c := range p.Spec.Containers {
 		if _, ok := c.Resources.Limits[api.ResourceNumber]; ok {
 			return true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
@@ -14,7 +15,7 @@ import (
 // results is the run's third step: throughput, latency, the curve of pods bound,
 // cards, shares and the profiled pods, from what the burst saw.
 func results(b *burst, cfg Config) error {
-	if err := figures(b.res, b.tr, b.submitted, cfg); err != nil {
+	if err := figures(b.res, b.tr, b.submitted, b.claims, cfg); err != nil {
 		return err
 	}
 	first := firstSubmit(b.submitted)
@@ -71,7 +72,7 @@ func round(v float64, digits int) float64 {
 }
 
 // figures fills in throughput, latency, cards and shares from what the tracker saw.
-func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Config) error {
+func figures(res *Result, tr *Tracker, submitted map[string]time.Time, claims []resourcev1.ResourceClaim, cfg Config) error {
 	first := firstSubmit(submitted)
 	pods := tr.Pods()
 	boundAt := tr.BoundAt()
@@ -110,6 +111,22 @@ func figures(res *Result, tr *Tracker, submitted map[string]time.Time, cfg Confi
 		return err
 	}
 	res.MissingAssignments = missing
+	if cfg.dra() {
+		holders := map[string]string{}
+		for _, p := range pods {
+			if _, ok := boundAt[p.Namespace+"/"+p.Name]; ok && p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				holders[p.Name] = queues[jobOf(p)]
+			}
+		}
+		if res.ClaimPodsBound, err = ClaimCards(claims, holders, load, held); err != nil {
+			return err
+		}
+		for i := 0; i < cfg.Nodes; i++ {
+			if InShare(i, cfg.DRAShare) {
+				res.DRANodes++
+			}
+		}
+	}
 	res.CardsInUse = len(load)
 	// The bound is of what the bound pods asked for, the same for every scheduler
 	// (what a scheduler records may round a request up).

@@ -43,8 +43,15 @@ type Config struct {
 	// many bytes, as the chart's scheduler.resources.limits.memory would (its peak and
 	// OOM kills are in the result).
 	MemoryLimit int64
-	Progress    io.Writer
+	// DRAShare is the share of the nodes that serve their cards through DRA and of the
+	// card-asking jobs (marked DRA by MarkDRA) that ask through claims, in the Tessera
+	// run; the whole run's control plane then has the DRA gates on (dra.go).
+	DRAShare float64
+	Progress io.Writer
 }
+
+// dra says whether this scheduler's run has DRA nodes and claims: Tessera's only.
+func (cfg Config) dra() bool { return cfg.DRAShare > 0 && cfg.Mode == Tessera }
 
 // Result is what one scheduler did with the workload.
 type Result struct {
@@ -72,13 +79,17 @@ type Result struct {
 	// from its first second) and the kernel's OOM kills in it.
 	MemoryLimitMiB, CgroupPeakMiB float64 `json:",omitempty"`
 	OOMKills                      int64   `json:",omitempty"`
-	SessionCount                  float64
-	SessionP50                    float64 // milliseconds
-	SessionP90                    float64
-	SessionP99                    float64
-	SessionMean                   float64
-	LoadStart, LoadEnd            float64
-	LoadMean                      float64
+	// With a DRA share: the nodes publishing ResourceSlices, and the bound pods whose
+	// cards are claims (counted in VGPUPodsBound and the card figures too).
+	DRANodes           int `json:",omitempty"`
+	ClaimPodsBound     int `json:",omitempty"`
+	SessionCount       float64
+	SessionP50         float64 // milliseconds
+	SessionP90         float64
+	SessionP99         float64
+	SessionMean        float64
+	LoadStart, LoadEnd float64
+	LoadMean           float64
 	// Restart: jobs submitted while the scheduler was down, from its start to the first
 	// and to the last of their pods bound (seconds); -1 when some never were.
 	// RestartCreated is from its start to the first of their pods created (Volcano's job

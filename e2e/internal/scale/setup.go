@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/e2e/internal/cluster"
 )
 
@@ -25,6 +27,18 @@ func setUp(ctx context.Context, cfg Config) (c *cluster.Cluster, stop func(), er
 	conf, err := WriteConf(cfg.Mode, cfg.Root, cfg.RunDir)
 	if err != nil {
 		return nil, nil, err
+	}
+	var gates map[string]bool
+	if cfg.DRAShare > 0 {
+		// Every scheduler's control plane alike; only Tessera's allocates claims.
+		gates = cluster.DRAGates()
+	}
+	if cfg.dra() {
+		draConf := strings.TrimSuffix(conf, ".conf") + "-dra.conf"
+		if err := cluster.WriteDRASchedulerConf(conf, draConf); err != nil {
+			return nil, nil, err
+		}
+		conf = draConf
 	}
 	var cg *cluster.MemoryCgroup
 	if cfg.MemoryLimit > 0 {
@@ -38,6 +52,7 @@ func setUp(ctx context.Context, cfg Config) (c *cluster.Cluster, stop func(), er
 		ControllerArgs:  []string{"--kube-api-qps=1000", "--kube-api-burst=2000", "--worker-threads=16"},
 		SchedulerArgs:   schedulerArgs(cfg),
 		SchedulerCgroup: cg,
+		FeatureGates:    gates,
 		Progress:        cfg.Progress})
 	if err != nil {
 		return nil, nil, err
@@ -92,8 +107,16 @@ func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 			return fmt.Errorf("queue %s: %w", q.Name, err)
 		}
 	}
+	if cfg.dra() {
+		if err := draObjects(ctx, c, cfg); err != nil {
+			return err
+		}
+	}
 	err := parallel(16, cfg.Nodes, func(i int) error {
 		n, err := Node(i)
+		if cfg.dra() && InShare(i, cfg.DRAShare) {
+			n, err = DRANode(i)
+		}
 		if err != nil {
 			return err
 		}
@@ -112,6 +135,16 @@ func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 		}
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 			return fmt.Errorf("node %s status: %w", n.Name, err)
+		}
+		if n.Annotations[api.AnnotationCardAPI] != api.CardAPIDRA {
+			return nil
+		}
+		s, err := NodeSlice(i)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("node %s ResourceSlice: %w", n.Name, err)
 		}
 		return nil
 	})
@@ -141,6 +174,28 @@ func setup(ctx context.Context, c *cluster.Cluster, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Progress, "  %d kwok nodes Ready in %s\n", cfg.Nodes, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// draObjects creates what a DRA run needs before its nodes and jobs: the driver's
+// DeviceClass, and a claim template per DRA job.
+func draObjects(ctx context.Context, c *cluster.Cluster, cfg Config) error {
+	if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, DeviceClass(), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("DeviceClass: %w", err)
+	}
+	return parallel(8, len(cfg.Jobs), func(i int) error {
+		j := cfg.Jobs[i]
+		if !j.DRA || j.CPUOnly {
+			return nil
+		}
+		t, err := j.ClaimTemplate()
+		if err != nil {
+			return err
+		}
+		if _, err := c.Client.ResourceV1().ResourceClaimTemplates(Namespace).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("claim template %s: %w", t.Name, err)
+		}
+		return nil
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

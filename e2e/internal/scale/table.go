@@ -61,6 +61,14 @@ func WriteTable(w io.Writer, rs []*Result) {
 	}
 	col("Nodes / jobs / pods submitted", func(r *Result) string { return fmt.Sprintf("%d / %d / %d", r.Nodes, r.Jobs, r.PodsSubmitted) })
 	col("Pods bound (vGPU)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.PodsBound, r.VGPUPodsBound) })
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.DRANodes > 0 }) {
+		col("DRA nodes; pods bound through claims", func(r *Result) string {
+			if r.DRANodes == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%d; %d", r.DRANodes, r.ClaimPodsBound)
+		})
+	}
 	col("First submit → last bind", func(r *Result) string { return fmt.Sprintf("%.1f s", r.Seconds) })
 	col("**Pods/s**", func(r *Result) string { return fmt.Sprintf("**%.1f**", r.PodsPerSecond) })
 	col("Latency p50 / p99 (submit → bound)", func(r *Result) string { return fmt.Sprintf("%.1f / %.1f s", r.LatencyP50, r.LatencyP99) })

@@ -38,6 +38,9 @@ type JobSpec struct {
 	TypeFilter string
 	// Per pod CPU (millicores) and host memory (MiB).
 	CPUMilli, HostMiB int
+	// DRA jobs ask for their cards through the ResourceClaimTemplate named after the
+	// job (ClaimTemplate) where the run gives them DRA nodes (MarkDRA).
+	DRA bool
 }
 
 // Pods is how many pods the job makes.
@@ -99,6 +102,7 @@ func Generate(n int, seed int64, cpuOnly float64) []JobSpec {
 
 // VolcanoJob is the job as submitted. withCards false leaves out every vGPU resource
 // and filter: the floor run, where Volcano places the same pods by CPU and memory only.
+// A DRA job with cards references its claim template instead of the vGPU resources.
 func (j JobSpec) VolcanoJob(withCards bool) *batchv1alpha1.Job {
 	ctr := corev1.Container{Name: "main", Image: "scale/worker", Resources: corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{
@@ -106,7 +110,11 @@ func (j JobSpec) VolcanoJob(withCards bool) *batchv1alpha1.Job {
 			corev1.ResourceMemory: *resource.NewQuantity(int64(j.HostMiB)<<20, resource.BinarySI),
 		}, Limits: corev1.ResourceList{}}}
 	ann := map[string]string{}
-	if withCards && !j.CPUOnly {
+	var claims []corev1.PodResourceClaim
+	if withCards && !j.CPUOnly && j.DRA {
+		ctr.Resources.Claims = []corev1.ResourceClaim{{Name: ClaimName}}
+		claims = []corev1.PodResourceClaim{{Name: ClaimName, ResourceClaimTemplateName: ptr(j.Name)}}
+	} else if withCards && !j.CPUOnly {
 		set := func(name string, v int) {
 			if v > 0 {
 				ctr.Resources.Limits[corev1.ResourceName(name)] = *resource.NewQuantity(int64(v), resource.DecimalSI)
@@ -126,7 +134,8 @@ func (j JobSpec) VolcanoJob(withCards bool) *batchv1alpha1.Job {
 		Spec: batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: j.Queue, MinAvailable: n,
 			Tasks: []batchv1alpha1.TaskSpec{{Name: "worker", Replicas: n, Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Annotations: ann},
-				Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{ctr}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{ctr},
+					ResourceClaims: claims},
 			}}}},
 	}
 }
