@@ -46,6 +46,12 @@ type Review struct {
 	OldPod *corev1.Pod
 	// NamespaceQueue is the pod's namespace's PodQueueAnnotation, "" when it has none.
 	NamespaceQueue string
+	// VGPUClaims are the pod's claim entries (spec.resourceClaims[].name) that stand for
+	// claims of the vGPU DeviceClass (Policy.VGPUClaimEntries); read on Create only.
+	VGPUClaims map[string]bool
+	// ClaimWarnings say which claim entries' class could not be read (VGPUClaimEntries);
+	// the answer carries them to the pod's author.
+	ClaimWarnings []string
 }
 
 // Decision is the answer to a Review.
@@ -91,11 +97,21 @@ func (p *Policy) IsVGPU(pod *corev1.Pod) bool { return p.args.Resources.HasVGPUR
 // to a PodGroup already (a VolcanoJob's pods do), to a queue: the pod's own
 // PodQueueAnnotation, else its namespace's, else the configured default. It also gives
 // the pod its region volume, mounted in each vGPU container (region.go), and, with
-// QueueGate on, the scheduling gate QueueShareGate (gate.go).
+// QueueGate on, the scheduling gate QueueShareGate (gate.go). A pod that asks for cards
+// only through claims of the vGPU DeviceClass (r.VGPUClaims) gets the region volume,
+// mounted in each container that uses such a claim, and nothing else: the scheduler that
+// allocates claims is the pod's own choice.
 func (p *Policy) Mutate(r Review) Decision {
 	pod := r.Pod
-	if r.Operation != Create || !p.IsVGPU(pod) {
+	if r.Operation != Create {
 		return allow()
+	}
+	if !p.IsVGPU(pod) {
+		d := allow()
+		if len(r.VGPUClaims) > 0 {
+			d.Patch = p.RegionPatchWithClaims(pod, r.VGPUClaims)
+		}
+		return d
 	}
 	d := allow()
 	if s := pod.Spec.SchedulerName; s == "" || s == defaultScheduler {
@@ -113,7 +129,7 @@ func (p *Policy) Mutate(r Review) Decision {
 			d.Patch = append(d.Patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(PodQueueAnnotation), Value: q})
 		}
 	}
-	d.Patch = append(d.Patch, p.regionPatch(pod)...)
+	d.Patch = append(d.Patch, p.RegionPatchWithClaims(pod, r.VGPUClaims)...)
 	if p.cfg.QueueGate {
 		d.Patch = append(d.Patch, gatePatch(pod)...)
 	}
@@ -126,10 +142,16 @@ func (p *Policy) Mutate(r Review) Decision {
 // outside the limits of its namespace, its queue or the cluster. An
 // Update is checked only while the pod is unbound and only when it changes what the
 // scheduler or a limit reads: the rest of a pod's life (its handoff annotations,
-// deletion) never waits on the webhook.
+// deletion) never waits on the webhook. A pod being created that asks for cards only
+// through claims of the vGPU DeviceClass is held to the region volume's rules alone.
 func (p *Policy) Validate(r Review) Decision {
 	pod := r.Pod
 	if !p.IsVGPU(pod) {
+		if r.Operation == Create && len(r.VGPUClaims) > 0 {
+			if s := p.ClaimRegionRefusal(pod, r.VGPUClaims); s != "" {
+				return deny(s)
+			}
+		}
 		return allow()
 	}
 	if r.Operation == Update {
@@ -150,7 +172,7 @@ func (p *Policy) Validate(r Review) Decision {
 	queue := p.queueOf(pod, r.NamespaceQueue)
 	var why []string
 	if r.Operation == Create { // a pod's volumes cannot change after its creation
-		if s := p.regionRefusal(pod); s != "" {
+		if s := p.ClaimRegionRefusal(pod, r.VGPUClaims); s != "" {
 			why = append(why, s)
 		}
 	}

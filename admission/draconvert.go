@@ -192,15 +192,33 @@ func (c *Converter) Review(ctx context.Context, body []byte) (*admissionv1.Admis
 	return out, true
 }
 
-// routingOps keeps the routing of a Mutate decision (scheduler and queue), leaving out
-// the region volume (a claim's limits name a region in the pod's /dev/shm) and the queue
-// gate (the scheduler's gate is for vGPU pods).
+// routingOps keeps the routing of a Mutate decision (scheduler and queue) and the region
+// volume with its mounts (the converted containers' claims are of the vGPU DeviceClass,
+// whose limits name the region on that volume), leaving out the queue gate (the
+// scheduler's gate is for vGPU pods).
 func routingOps(d Decision) []PatchOp {
 	var out []PatchOp
 	for _, op := range d.Patch {
-		if op.Path == "/spec/schedulerName" || strings.HasPrefix(op.Path, "/metadata/annotations") {
+		if op.Path == "/spec/schedulerName" || strings.HasPrefix(op.Path, "/metadata/annotations") || isRegionOp(op.Path) {
 			out = append(out, op)
 		}
 	}
 	return out
+}
+
+// isRegionOp reports whether a patch path is one regionVolumeOps writes: the pod's
+// volumes or a container's volume mounts.
+func isRegionOp(path string) bool {
+	if path == "/spec/volumes" || strings.HasPrefix(path, "/spec/volumes/") {
+		return true
+	}
+	for _, list := range []string{"/spec/containers/", "/spec/initContainers/"} {
+		if rest, ok := strings.CutPrefix(path, list); ok {
+			_, field, _ := strings.Cut(rest, "/")
+			if field == "volumeMounts" || strings.HasPrefix(field, "volumeMounts/") {
+				return true
+			}
+		}
+	}
+	return false
 }

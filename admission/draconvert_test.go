@@ -99,8 +99,9 @@ func templates(t *testing.T, client *fake.Clientset, namespace string) []resourc
 
 // A ReplicaSet's pod in an opted-in namespace comes back from the mutating webhook routed
 // (volcano, the namespace's queue), without vGPU resources in its limits or requests,
-// with a claim from the template of its shape, which the webhook made; no region volume
-// and no queue gate. A second pod of the shape reuses the template.
+// with a claim from the template of its shape, which the webhook made, and the region
+// volume mounted in the converted container; no queue gate. A second pod of the shape
+// reuses the template.
 func TestHTTPConvertsAPodOfAnOptedInNamespace(t *testing.T) {
 	enableDRAGates(t)
 	client := fake.NewClientset()
@@ -122,9 +123,12 @@ func TestHTTPConvertsAPodOfAnOptedInNamespace(t *testing.T) {
 		if len(pod.Spec.ResourceClaims) != 1 || *pod.Spec.ResourceClaims[0].ResourceClaimTemplateName != "tessera-vgpu-1x-8192mi-30c" {
 			t.Errorf("pod %d: claims %+v", i, pod.Spec.ResourceClaims)
 		}
-		if len(pod.Spec.Volumes) != 0 || len(c.VolumeMounts) != 0 || len(pod.Spec.SchedulingGates) != 0 {
-			t.Errorf("pod %d: volumes %+v, mounts %+v, gates %+v: a converted pod gets neither region volume nor queue gate",
-				i, pod.Spec.Volumes, c.VolumeMounts, pod.Spec.SchedulingGates)
+		// The claim's limits name its region on the region volume, which the agent reads.
+		if err := api.CheckRegionVolume(pod, c.Name); err != nil || len(pod.Spec.Volumes) != 1 || len(c.VolumeMounts) != 1 {
+			t.Errorf("pod %d: volumes %+v, mounts %+v: a converted pod keeps its region volume: %v", i, pod.Spec.Volumes, c.VolumeMounts, err)
+		}
+		if len(pod.Spec.SchedulingGates) != 0 {
+			t.Errorf("pod %d: gates %+v: a converted pod gets no queue gate", i, pod.Spec.SchedulingGates)
 		}
 	}
 	got := templates(t, client, "team-dra")

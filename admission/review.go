@@ -39,6 +39,9 @@ type NamespaceQueues interface {
 type Handler struct {
 	Policy     *Policy
 	Namespaces NamespaceQueues
+	// Claims reads the claims and templates of pods that name claims (claims.go); without
+	// it such a pod being created is refused with the reason.
+	Claims ClaimSpecs
 	// Mutating picks Policy.Mutate; otherwise Policy.Validate.
 	Mutating bool
 }
@@ -90,9 +93,11 @@ func (h *Handler) Review(ctx context.Context, body []byte) (*admissionv1.Admissi
 		out.Response.Result = &metav1.Status{Status: metav1.StatusFailure, Message: err.Error(),
 			Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest}
 		var nsErr *namespaceError
-		if errors.As(err, &nsErr) {
+		switch {
+		case errors.As(err, &nsErr):
 			out.Response.Result.Reason, out.Response.Result.Code = metav1.StatusReasonInternalError, http.StatusInternalServerError
 		}
+		klog.V(3).InfoS("Cannot review a pod", "pod", klog.KRef(req.Namespace, req.Name), "operation", req.Operation, "err", err)
 		return out, nil
 	}
 	var d Decision
@@ -109,6 +114,7 @@ func (h *Handler) Review(ctx context.Context, body []byte) (*admissionv1.Admissi
 		return out, nil
 	}
 	out.Response.Allowed = true
+	out.Response.Warnings = rv.ClaimWarnings
 	if len(d.Patch) > 0 {
 		patch, err := json.Marshal(d.Patch)
 		if err != nil {
@@ -162,6 +168,10 @@ func (h *Handler) reviewOf(ctx context.Context, req *admissionv1.AdmissionReques
 		if rv.OldPod, err = decodePod(req.OldObject.Raw, "oldObject"); err != nil {
 			return rv, err
 		}
+	}
+	if rv.Operation == Create {
+		// A pod's claims cannot change after its creation, nor can its volumes.
+		rv.VGPUClaims, rv.ClaimWarnings = h.Policy.VGPUClaimEntries(ctx, h.Claims, rv.Pod, req.DryRun != nil && *req.DryRun)
 	}
 	if h.Policy.needsNamespaceQueue(rv) {
 		if rv.NamespaceQueue, err = h.Namespaces.NamespaceQueue(ctx, req.Namespace); err != nil {

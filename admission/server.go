@@ -15,30 +15,42 @@ import (
 )
 
 // MuxOption adds what a configured feature needs to NewMux.
-type MuxOption func(*Converter)
+type MuxOption func(*muxOptions)
+
+type muxOptions struct {
+	templates ClaimTemplates
+	claims    ClaimSpecs
+}
 
 // WithClaimTemplates gives the DRA conversion (draConversion) the client it makes the
 // claims' templates with; without it, pods to convert are refused with the reason.
 func WithClaimTemplates(t ClaimTemplates) MuxOption {
-	return func(c *Converter) { c.Templates = t }
+	return func(o *muxOptions) { o.templates = t }
+}
+
+// WithClaimSpecs gives both webhooks the reader of the claims and claim templates that
+// pods name (claims.go); without it, a pod being created that names claims is refused
+// with the reason.
+func WithClaimSpecs(s ClaimSpecs) MuxOption {
+	return func(o *muxOptions) { o.claims = s }
 }
 
 // NewMux routes the two webhooks and the health endpoints the kubelet probes. Where ns
 // also tells namespaces' card API (ListerQueues does), the mutating path converts the
 // pods sent to DRA nodes, or refuses them with draConversion off (draconvert.go).
 func NewMux(p *Policy, ns NamespaceQueues, ready func() bool, opts ...MuxOption) *http.ServeMux {
+	var o muxOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	mux := http.NewServeMux()
-	mutate := &Handler{Policy: p, Namespaces: ns, Mutating: true}
+	mutate := &Handler{Policy: p, Namespaces: ns, Claims: o.claims, Mutating: true}
 	if cardAPIs, ok := ns.(NamespaceCardAPIs); ok {
-		c := &Converter{Mutate: mutate, CardAPIs: cardAPIs}
-		for _, o := range opts {
-			o(c)
-		}
-		mux.Handle(PathMutate, c)
+		mux.Handle(PathMutate, &Converter{Mutate: mutate, CardAPIs: cardAPIs, Templates: o.templates})
 	} else {
 		mux.Handle(PathMutate, mutate)
 	}
-	mux.Handle(PathValidate, &Handler{Policy: p, Namespaces: ns})
+	mux.Handle(PathValidate, &Handler{Policy: p, Namespaces: ns, Claims: o.claims})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {

@@ -19,10 +19,12 @@ const (
 // MatchConditionName names the CEL condition that sends only vGPU pods to the webhook.
 const MatchConditionName = "requests-vgpu"
 
-// MatchExpression is the CEL test, evaluated by the API server, of IsVGPU: a container
-// or init container names one of the resources in its limits or requests. With it, a
-// CPU-only pod never waits on the webhook, even when the webhook is down and the
-// failure policy is Fail. The chart renders the same expression (its tests compare).
+// MatchExpression is the CEL test, evaluated by the API server, of the pods the webhook
+// judges: IsVGPU (a container or init container names one of the resources in its limits
+// or requests), or a pod being created that names ResourceClaims, whose class only the
+// webhook can read (claims.go; an update of such a pod never waits on the webhook). With it, a CPU-only pod never waits on the webhook, even when the webhook
+// is down and the failure policy is Fail. The chart renders the same expression (its
+// tests compare).
 func MatchExpression(n api.ResourceNames) string {
 	var names []string
 	for _, r := range []corev1.ResourceName{n.Number, n.Memory, n.MemoryPercentage, n.Cores} {
@@ -32,7 +34,8 @@ func MatchExpression(n api.ResourceNames) string {
 	asks := fmt.Sprintf("has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, r in %s)) || "+
 		"(has(c.resources.requests) && c.resources.requests.exists(r, r in %s)))", list, list)
 	return fmt.Sprintf("object.spec.containers.exists(c, %s) || "+
-		"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))", asks, asks)
+		"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s)) || "+
+		"(request.operation == 'CREATE' && has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)", asks, asks)
 }
 
 // Webhooks returns the mutating and the validating webhook as the chart registers them

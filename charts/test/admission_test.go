@@ -127,6 +127,7 @@ func TestAdmissionSelfSignedRendersItsConfigSecretAndNarrowRBAC(t *testing.T) {
 	}
 	want := map[string]bool{
 		"namespaces get ": true, "namespaces list ": true, "namespaces watch ": true,
+		"resourceclaims get ": true, "resourceclaims list ": true, "resourceclaimtemplates get ": true, "resourceclaimtemplates list ": true,
 		"mutatingwebhookconfigurations get " + admissionName: true, "mutatingwebhookconfigurations update " + admissionName: true,
 		"validatingwebhookconfigurations get " + admissionName: true, "validatingwebhookconfigurations update " + admissionName: true,
 		"secrets create ": true, "secrets get gpu-tessera-admission-tls": true, "secrets update gpu-tessera-admission-tls": true,

@@ -166,7 +166,10 @@ func TestTheAgentRunsInTheHostPIDNamespaceWhenTheMemoryGuardNeedsIt(t *testing.T
 		"devicePlugin:\n  hostPID: false\n": false,
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n":                  false,
 		"devicePlugin:\n  hostPID: true\n  config:\n    memoryGuard: {mode: \"off\"}\n": true,
-		"devicePlugin:\n  config: {cardAPI: dra}\n":                                     false, // no memory guard for claims
+		// The guard holds claim pods too: DRA nodes need the host's pids as much.
+		"devicePlugin:\n  config: {cardAPI: dra}\n":                                      true,
+		"devicePlugin:\n  config:\n    cardAPI: dra\n    memoryGuard: {mode: \"off\"}\n": false,
+		"devicePlugin:\n  hostPID: false\n  config: {cardAPI: dra}\n":                    false,
 	} {
 		r, err := RenderValues(t, values)
 		if err != nil {
@@ -188,7 +191,8 @@ func TestTheAgentMayKillOnlyWhenItsMemoryGuardEnforces(t *testing.T) {
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: report}\n":  false,
 		"devicePlugin:\n  config:\n    memoryGuard: {mode: \"off\"}\n": false,
 		"devicePlugin:\n  hostPID: false\n":                            false,
-		"devicePlugin:\n  config: {cardAPI: dra}\n":                    false,
+		"devicePlugin:\n  config: {cardAPI: dra}\n":                    true,
+		"devicePlugin:\n  hostPID: false\n  config: {cardAPI: dra}\n":  false,
 	} {
 		r, err := RenderValues(t, values)
 		if err != nil {

@@ -144,12 +144,13 @@ func run(ctx context.Context, o *options, cfg *admission.Config) error {
 		&corev1.Namespace{}, 10*time.Minute, cache.Indexers{})
 	queues := &admission.ListerQueues{Lister: listerscorev1.NewNamespaceLister(nsInformer.GetIndexer()), Client: core}
 	go nsInformer.Run(ctx.Done())
-	var muxOpts []admission.MuxOption
+	// Every pod that names claims is judged by its claims' class (the region volume).
+	rc, err := resourcev1client.NewForConfig(rest)
+	if err != nil {
+		return err
+	}
+	muxOpts := []admission.MuxOption{admission.WithClaimSpecs(&admission.ClaimClient{Client: rc})}
 	if cfg.DRAConversion.Enabled {
-		rc, err := resourcev1client.NewForConfig(rest)
-		if err != nil {
-			return err
-		}
 		muxOpts = append(muxOpts, admission.WithClaimTemplates(&admission.TemplateClient{Client: rc}))
 	}
 	klog.InfoS("Admission webhook starting", "version", buildinfo.String(program), "schedulerName", cfg.SchedulerName,

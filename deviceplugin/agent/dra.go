@@ -7,12 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
@@ -24,7 +23,6 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
 	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
-	"github.com/tessera-gpu/tessera/deviceplugin/records"
 	"github.com/tessera-gpu/tessera/deviceplugin/uninstall"
 )
 
@@ -41,7 +39,9 @@ type nodeParts struct {
 
 // runDRA serves the node's cards through the DRA driver vgpu.tessera.io instead of the
 // device plugin: no kubelet device-plugin server, no handoff, no pod informer, no
-// assignment keys, no garbage collection of handoff directories. What the node publishes
+// assignment keys, no garbage collection of handoff directories. The usage metrics report
+// each pod's claims (dra.ClaimSource), read from the claims' regions on the pods' region
+// volumes. What the node publishes
 // for the scheduler (inventory, heartbeat, tessera.io/card-api), the health monitor and the
 // coexistence watch run as in device-plugin mode; the health monitor's verdicts reach the
 // ResourceSlice as taints through the shared card registry.
@@ -65,15 +65,26 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 	warnDevicePluginPods(ctx, prc, cfg.ResourceName)
 	uninst := watchUninstall(ctx, cfg, deps.Client, prc)
 	defer uninst.stop()
-	// The card gauges; no container series: the agent reads no region of a claim.
-	m := metrics.New(n.prom, metrics.Sources{Node: cfg.NodeName, Cards: n.reg, Store: &records.Store{Root: cfg.StateDir},
-		Pods: noPods{}, ProcRoot: deps.ProcRoot, KubeletPodsDir: cfg.KubeletPodsDir})
+	// The pods bound to the node: where a new claim's regions go, the memory guard's pods,
+	// and the pods whose claims the metrics report.
+	nodePods := dra.NewNodePods(deps.Client, cfg.NodeName)
+	// The driver's preparer exists once the driver has started; scrapes before that see
+	// no claim.
+	var prep atomic.Pointer[dra.Preparer]
+	claims := dra.ClaimSource{Pods: nodePods.List, Prepared: func() map[string]dra.PreparedClaim {
+		if p := prep.Load(); p != nil {
+			return p.Prepared()
+		}
+		return nil
+	}}
+	// The card gauges and, per pod and claim, the container series read from the claim's
+	// region on the pod's region volume.
+	m := metrics.New(n.prom, metrics.Sources{Node: cfg.NodeName, Cards: n.reg, Store: claims, Pods: nodePods,
+		ProcRoot: deps.ProcRoot, KubeletPodsDir: cfg.KubeletPodsDir})
 	pub := inventory.New(deps.Client, n.reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
 		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: n.guard.Observe}, m)
 	mon := health.New(deps.NVML, n.devices, n.reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
-	// The pods bound to the node: where a new claim's regions go, and the memory guard's pods.
-	nodePods := dra.NewNodePods(deps.Client, cfg.NodeName)
 	nodePods.Start(ctx)
 	defer func() { stop(); nodePods.Shutdown() }()
 	dcfg := draConfig(cfg, n.container)
@@ -98,6 +109,7 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 		}
 		return fmt.Errorf("start the DRA driver: %w", err)
 	}
+	prep.Store(drv.Preparer())
 	if g := newMemoryGuard(cfg, deps.Client, deps.ProcRoot, n.devices, dra.GuardLimits(drv.Preparer(), nodePods.List), n.prom); g != nil {
 		run(func() { g.Run(ctx) })
 	}
@@ -183,11 +195,3 @@ func warnDevicePluginPods(ctx context.Context, kubelet uninstall.Lister, resourc
 			"resource", resource, "pods", holders)
 	}
 }
-
-// noPods is the metrics' pod lookup in dra mode: no device-plugin container is served, so
-// no handoff record on the node is a live container's.
-type noPods struct{}
-
-func (noPods) Get(string, string) (*corev1.Pod, bool) { return nil, false }
-func (noPods) Exists(types.UID) bool                  { return false }
-func (noPods) Synced() bool                           { return true }

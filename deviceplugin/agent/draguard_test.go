@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -100,8 +101,15 @@ func TestTheAgentInDRAModeStopsAProcessOverItsClaim(t *testing.T) {
 	if e := evs.Items[0]; e.Reason != memguard.ReasonOverLimit || e.InvolvedObject.UID != pod.UID || !strings.Contains(e.Message, "limit there is 4096 MiB") {
 		t.Errorf("event %s %q on %s, want %s naming the claim's 4096 MiB on the pod", e.Reason, e.Message, e.InvolvedObject.UID, memguard.ReasonOverLimit)
 	}
-	if _, text := get(t, "http://"+lis.Addr().String()+"/metrics"); !strings.Contains(text, `tessera_agent_memory_guard_active{node="node-a"} 1`) {
+	_, text := get(t, "http://"+lis.Addr().String()+"/metrics")
+	if !strings.Contains(text, `tessera_agent_memory_guard_active{node="node-a"} 1`) {
 		t.Error("tessera_agent_memory_guard_active is not 1 with the guard running in dra mode")
+	}
+	// The usage metrics report the pod's claim as a container of its own.
+	limit := fmt.Sprintf(`tessera_container_gpu_memory_limit_bytes{container="claim-%s",index="1",namespace="%s",node="node-a",pod="train-0",uuid=`,
+		claim.UID, claim.Namespace)
+	if !strings.Contains(text, limit) {
+		t.Errorf("no series %s... in the metrics:\n%s", limit, text)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
@@ -17,10 +18,8 @@ import (
 // read it (<kubelet pods dir>/<pod UID>/volumes/kubernetes.io~empty-dir/tessera-region/).
 // The series it makes name the claim's pod, with container "claim-<claim UID>": a claim's
 // region counts every container of the pod that uses the claim. Claims are matched to
-// pods as ClaimPodLimits matches them.
-//
-// The metrics collector takes a *records.Store today; this is what it would read on a
-// DRA node once it takes any source of records.
+// pods as ClaimPodLimits matches them. On a DRA node the agent's metrics read them
+// through ClaimSource.
 func ClaimRecords(prepared map[string]PreparedClaim, pods []*corev1.Pod) map[string][]*records.Record {
 	byName := map[[2]string][]string{}
 	for uid, c := range prepared {
@@ -46,3 +45,34 @@ func ClaimRecords(prepared map[string]PreparedClaim, pods []*corev1.Pod) map[str
 	}
 	return out
 }
+
+// ClaimSource is the usage metrics' source of records on a DRA node (metrics.RecordSource):
+// at each scrape, ClaimRecords of the driver's prepared claims and the node's pods.
+type ClaimSource struct {
+	// Prepared returns the driver's prepared claims; nil or empty before the driver has
+	// loaded its checkpoint.
+	Prepared func() map[string]PreparedClaim
+	Pods     PodLister
+}
+
+// Records implements the metrics' RecordSource.
+func (s ClaimSource) Records() (map[string][]*records.Record, error) {
+	pods, err := s.Pods()
+	if err != nil {
+		return nil, err
+	}
+	return ClaimRecords(s.Prepared(), pods), nil
+}
+
+// Exists reports whether a pod with this UID is bound to the node (with Get and Synced,
+// the metrics' pod lookup).
+func (p *NodePods) Exists(uid types.UID) bool {
+	pods, err := p.List()
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(pods, func(pod *corev1.Pod) bool { return pod.UID == uid })
+}
+
+// Synced reports whether the informer has listed the node's pods once.
+func (p *NodePods) Synced() bool { return p.synced() }

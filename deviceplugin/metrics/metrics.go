@@ -37,8 +37,12 @@ type Sources struct {
 	// namespace/pod/container series of one node never collide with another's.
 	Node  string
 	Cards *cards.Registry
-	Store *records.Store
-	Pods  handoff.PodLookup
+	// Store lists the containers the agent serves: the handoff records (*records.Store)
+	// on a device-plugin node, the prepared claims' records (dra.ClaimSource) on a DRA
+	// node.
+	Store RecordSource
+	// Pods tells which pods are bound to the node (Exists) and their queue (Get).
+	Pods handoff.PodLookup
 	// ProcRoot is the procfs that shows the containers' processes (default /proc); whether
 	// it does is checked at start (usage.SeesHostPIDs).
 	ProcRoot string
@@ -49,6 +53,15 @@ type Sources struct {
 	// (default DefaultRegionReadBudget); containers not read by then are skipped.
 	RegionReadBudget time.Duration
 }
+
+// RecordSource lists, by pod UID, the records of the containers whose limits and regions
+// the metrics report. A record with RegionVolume set names its region file on its pod's
+// region volume (api.RegionFile of its Container).
+type RecordSource interface {
+	Records() (map[string][]*records.Record, error)
+}
+
+var _ RecordSource = (*records.Store)(nil)
 
 // DefaultRegionReadBudget is a scrape's time for reading regions: well inside
 // Prometheus's default scrape timeout (10 s).

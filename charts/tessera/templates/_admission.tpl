@@ -6,13 +6,13 @@
 {{- if $sa.create -}}{{- default (include "tessera.admissionName" .) $sa.name -}}{{- else -}}{{- default "default" $sa.name -}}{{- end -}}
 {{- end -}}
 
-{{/* The CEL condition that sends only vGPU pods to the webhook: the same expression as
-admission.MatchExpression (the chart tests compare them). The card count is the node
+{{/* The CEL condition that sends only vGPU pods, and pods being created that name
+ResourceClaims, to the webhook: the same expression as admission.MatchExpression (the chart tests compare them). The card count is the node
 agent's resource name; the other three are Volcano's. */}}
 {{- define "tessera.admissionMatch" -}}
 {{- $list := printf "['%s', '%s', '%s', '%s']" .Values.devicePlugin.config.resourceName "volcano.sh/vgpu-memory" "volcano.sh/vgpu-memory-percentage" "volcano.sh/vgpu-cores" -}}
 {{- $asks := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, r in %s)) || (has(c.resources.requests) && c.resources.requests.exists(r, r in %s)))" $list $list -}}
-{{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))" $asks $asks -}}
+{{- printf "object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s)) || (request.operation == 'CREATE' && has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)" $asks $asks -}}
 {{- end -}}
 
 {{/* The webhook's configuration file (docs/admission.md). */}}

@@ -225,13 +225,13 @@ processes it stops run under the workloads' users. */}}
 {{- end -}}
 
 {{/* Whether the agent runs in the host's pid namespace: devicePlugin.hostPID when set, else
-whether the memory guard is on (the one feature that needs it; with cardAPI dra the agent
-never runs it). */}}
+whether the memory guard is on (the one feature that needs it), with either card API: on a
+DRA node it holds each pod to its prepared claims. */}}
 {{- define "tessera.agentHostPID" -}}
 {{- if kindIs "bool" .Values.devicePlugin.hostPID -}}
 {{- .Values.devicePlugin.hostPID -}}
 {{- else -}}
-{{- and (ne (toString .Values.devicePlugin.config.memoryGuard.mode) "off") (ne .Values.devicePlugin.config.cardAPI "dra") -}}
+{{- ne (toString .Values.devicePlugin.config.memoryGuard.mode) "off" -}}
 {{- end -}}
 {{- end -}}
 
