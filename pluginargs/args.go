@@ -31,6 +31,7 @@ const (
 	KeyVolcanoCompat          = "vgpu.VolcanoCompat"
 	KeyPendingTTL             = "vgpu.PendingTTL"
 	KeyQueueShare             = "vgpu.QueueShare"
+	KeyDRAReclaim             = "vgpu.DRAReclaim"
 	KeyResourceNumber         = "vgpu.ResourceNumber"
 	KeyResourceMemory         = "vgpu.ResourceMemory"
 	KeyResourceMemoryPercent  = "vgpu.ResourceMemoryPercentage"
@@ -65,6 +66,11 @@ type Args struct {
 	// weight (and each queue's vgpu-memory/vgpu-cores capability), and holds every
 	// queue's vGPU tasks to its share (default true).
 	QueueShare bool
+	// DRAReclaim lets the plugin evict, once per session, DRA pods of queues above
+	// their card share for a pending pod whose claims of vgpu.tessera.io wait on full
+	// DRA nodes while its queue is below its share (default true; needs QueueShare).
+	// Volcano's own reclaim never does this for claims.
+	DRAReclaim bool
 	Resources  api.ResourceNames
 }
 
@@ -79,6 +85,7 @@ func Defaults() Args {
 		HeartbeatTimeout:       90 * time.Second,
 		PendingTTL:             10 * time.Minute,
 		QueueShare:             true,
+		DRAReclaim:             true,
 		Resources:              api.DefaultResourceNames(),
 	}
 }
@@ -102,6 +109,7 @@ var keys = []key{
 	{KeyPendingTTL, `a duration of at least "1m"`, duration(time.Minute, func(a *Args) *time.Duration { return &a.PendingTTL })},
 	{KeyVolcanoCompat, "true or false", boolean(func(a *Args) *bool { return &a.VolcanoCompat })},
 	{KeyQueueShare, "true or false", boolean(func(a *Args) *bool { return &a.QueueShare })},
+	{KeyDRAReclaim, "true or false", boolean(func(a *Args) *bool { return &a.DRAReclaim })},
 	{KeyResourceNumber, "a resource name", resource(func(a *Args) *corev1.ResourceName { return &a.Resources.Number })},
 	{KeyResourceMemory, "a resource name", resource(func(a *Args) *corev1.ResourceName { return &a.Resources.Memory })},
 	{KeyResourceMemoryPercent, "a resource name", resource(func(a *Args) *corev1.ResourceName { return &a.Resources.MemoryPercentage })},

@@ -25,6 +25,10 @@ func TestParse(t *testing.T) {
 		{"queue sharing can be turned off", map[string]any{KeyQueueShare: "false"}, func(a Args) bool { return !a.QueueShare }, ""},
 		{"a queue-share value that is not a bool keeps the default", map[string]any{KeyQueueShare: "sometimes"}, func(a Args) bool { return a.QueueShare },
 			"argument vgpu.QueueShare: sometimes (string): want true or false"},
+		{"claims are reclaimed for by default", nil, func(a Args) bool { return a.DRAReclaim }, ""},
+		{"reclaiming for claims can be turned off", map[string]any{KeyDRAReclaim: false}, func(a Args) bool { return !a.DRAReclaim }, ""},
+		{"a DRA-reclaim value that is not a bool keeps the default", map[string]any{KeyDRAReclaim: "never"}, func(a Args) bool { return a.DRAReclaim },
+			"argument vgpu.DRAReclaim: never (string): want true or false"},
 		{"an unknown policy names the choices", map[string]any{KeyNodePolicy: "pack"}, func(a Args) bool { return a.NodePolicy == api.PolicyBinpack },
 			"want binpack, spread or topology"},
 		// Every vGPU pod holding its cards alone would end sharing; and the book reads

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,22 +12,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-gpu/tessera/e2e/internal/workload"
 )
 
-// Reclaim on DRA nodes, as Volcano v1.14.1 with Kubernetes 1.34.2's allocator does it:
-// not at all (docs/dra.md, "What the scheduler counts"). Queue drr-a (weight 1) holds a
-// whole card on each DRA node through claims (card-0: all the 1.34.2 allocator lets
-// whole-card claims have on a node); queue drr-b (weight 63) asks for every
-// device-plugin card and for eight whole cards through claims, so that drr-a is above
-// its card share and drr-b below it: Tessera's plugin would offer one of drr-a's pods as
-// the victim. But the allocator refuses the full DRA nodes as unresolvable, so
-// Volcano's reclaim drops them before it asks for victims: for 30 s nothing of drr-a is
-// evicted and none of drr-b's claims is allocated. This pins that; when a release
-// reclaims for claims, it fails. Once drr-a's pods are gone (deleted, as their owner
-// would), drr-b's pods get the cards in the next sessions.
+// Reclaim on DRA nodes. Volcano v1.14.1's reclaim never takes cards back for claims
+// (Kubernetes 1.34.2's allocator refuses a full DRA node as unresolvable before any
+// plugin is asked); Tessera's plugin does it itself (plugins/vgpu/drareclaim.go).
+// Queue drr-a (weight 1) holds a whole card on each DRA node through claims (card-0:
+// all the 1.34.2 allocator lets whole-card claims have on a node); queue drr-b (weight
+// 63) asks for every device-plugin card and for eight whole cards through claims, so
+// that drr-a is above its card share and drr-b below it. The plugin evicts one of
+// drr-a's pods (its job's minimum is one), and once that pod and its claim are gone a
+// claim of drr-b's runs on the freed card; drr-a keeps its other card.
 func TestDRAReclaimOnADRANode(t *testing.T) {
 	ctx := context.Background()
 	defer startDRA(t)()
@@ -79,56 +77,82 @@ func TestDRAReclaimOnADRANode(t *testing.T) {
 	t.Logf("card memory (MiB): drr-a holds %.0f of %.0f deserved, drr-b %.0f of %.0f", allocated["drr-a"], deserved["drr-a"],
 		allocated["drr-b"], deserved["drr-b"])
 
-	// Several sessions of reclaim: nothing of drr-a goes, none of drr-b's claims lands.
-	deadline := time.Now().Add(30 * time.Second)
+	// Tessera's claim reclaimer: one of drr-a's pods is evicted (its job keeps its
+	// minimum of one), and one of drr-b's claims runs on the freed card, without anyone
+	// deleting drr-a's job.
+	start := time.Now()
+	var bs []corev1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := workload.Pods(ctx, cl.Client, namespace, "a")
+		if err != nil {
+			return false, nil
+		}
+		if kept := keptRunning(pods, held); kept == 0 {
+			return false, fmt.Errorf("both of drr-a's pods were evicted (now %s): its job's minimum of one was not kept", workload.Summary(pods))
+		}
+		if bs, err = workload.Pods(ctx, cl.Client, namespace, "b-claims"); err != nil {
+			return false, nil
+		}
+		return running(bs) >= 1 && keptRunning(pods, held) == 1, nil
+	}); err != nil {
+		t.Fatalf("the claim reclaimer did not give drr-b a card of drr-a's: %v (drr-b's claims: %s, %s)", err, workload.Summary(bs), firstScheduledMessage(bs))
+	}
+	t.Logf("drr-b runs a claim on a card reclaimed from drr-a (seen %s after the shares were read)", time.Since(start).Round(time.Second))
+
+	// The eviction is on drr-a's PodGroup, with the reason.
+	evs, err := cl.Client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=Evict,involvedObject.kind=PodGroup"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.InvolvedObject.Name, "a-") && strings.Contains(e.Message, "Tessera reclaims") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no Evict event from Tessera's claim reclaimer on drr-a's PodGroup (%d Evict events)", len(evs.Items))
+	}
+
+	// Then nothing more: drr-a keeps its last card (its minimum), drr-b keeps the one it got.
+	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		pods, err := workload.Pods(ctx, cl.Client, namespace, "a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range pods {
-			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-				t.Fatalf("drr-a's pod %s is %s (deleting: %v): Volcano now reclaims cards for claims; update docs/dra.md and this test",
-					p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
-			}
-		}
-		if got := uids(pods); !maps.Equal(got, held) {
-			t.Fatalf("drr-a's pods changed (%v, before %v): Volcano now reclaims cards for claims; update docs/dra.md and this test", got, held)
-		}
-		bs, err := workload.Pods(ctx, cl.Client, namespace, "b-claims")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range bs {
-			if p.Spec.NodeName != "" {
-				t.Fatalf("drr-b's %s was bound to %s while drr-a holds the DRA nodes' cards: Volcano now reclaims cards for claims; update docs/dra.md and this test",
-					p.Name, p.Spec.NodeName)
-			}
+		if keptRunning(pods, held) != 1 {
+			t.Fatalf("drr-a keeps %d of its first pods running (%s), want 1: its minimum", keptRunning(pods, held), workload.Summary(pods))
 		}
 		time.Sleep(time.Second)
 	}
-	bs, _ := workload.Pods(ctx, cl.Client, namespace, "b-claims")
-	t.Logf("30 s later drr-a keeps both cards and drr-b's claims wait: %s (%s)", workload.Summary(bs), firstScheduledMessage(bs))
-
-	// Once drr-a's pods are gone, their claims are released and drr-b's claims take the cards.
-	start := time.Now()
-	if err := cl.Volcano.BatchV1alpha1().Jobs(namespace).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	bs, _ = workload.Pods(ctx, cl.Client, namespace, "b-claims")
+	if running(bs) < 1 {
+		t.Fatalf("drr-b's claim no longer runs: %s", workload.Summary(bs))
 	}
-	if _, err := workload.WaitPods(ctx, cl.Client, namespace, "b-claims", 2*time.Minute, func(ps []corev1.Pod) bool {
-		running := 0
-		for _, p := range ps {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running >= 2
-	}); err != nil {
-		bs, _ := workload.Pods(ctx, cl.Client, namespace, "b-claims")
-		t.Fatalf("drr-b's claims did not take the freed cards: %v (%s)", err, workload.Summary(bs))
-	}
-	t.Logf("drr-b ran 2 pods on the freed cards %s after drr-a's job was deleted", time.Since(start).Round(time.Second))
+	t.Logf("20 s later drr-a keeps one card, drr-b's claims: %s", workload.Summary(bs))
 	noOvercommit(t)
+}
+
+// keptRunning counts the pods of held (name -> UID) still running, not being deleted.
+func keptRunning(pods []corev1.Pod, held map[string]types.UID) int {
+	n := 0
+	for _, p := range pods {
+		if held[p.Name] == p.UID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n
+}
+
+func running(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n
 }
 
 // firstScheduledMessage is the PodScheduled message of the first pod that has one.

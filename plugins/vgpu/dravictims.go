@@ -26,12 +26,17 @@ type draAsk struct {
 }
 
 // draCard is a card of a DRA node that takes claims: its memory and what the claims on
-// it consume.
+// it consume. SliceFirst marks the first device of the node's ResourceSlice (card-0):
+// Kubernetes 1.34.2's allocator checks a request's capacity against that card's rest as
+// well as against the card it tries (docs/dra.md, "Known defect";
+// TestAllocator134ChecksTheWrongCardsCapacity in deviceplugin/dra), so once card-0 is
+// taken a whole card fits nowhere on the node, idle cards or not.
 type draCard struct {
 	UUID        string
 	CapacityMiB int64
 	UsedMiB     int64
 	UsedCores   int
+	SliceFirst  bool
 }
 
 // draHolder is a candidate victim: the cards its claims hold on the node, the job it
@@ -168,7 +173,8 @@ func eachCombination(n, k int, fn func([]int) bool) {
 }
 
 // draFits reports whether every ask finds a card with the memory and cores it needs
-// still free, the asks of one group on different cards. It tries every assignment
+// still free (and, for a card after the SliceFirst one, free on that one too), the asks
+// of one group on different cards. It tries every assignment
 // (largest asks first), which is cheap at the sizes of a node.
 func draFits(cards []draCard, asks []draAsk) bool {
 	if len(asks) == 0 {
@@ -187,8 +193,12 @@ func draFits(cards []draCard, asks []draAsk) bool {
 	})
 	freeMiB := make([]int64, len(cards))
 	freeCores := make([]int, len(cards))
+	first := -1
 	for i, c := range cards {
 		freeMiB[i], freeCores[i] = c.CapacityMiB-c.UsedMiB, 100-c.UsedCores
+		if c.SliceFirst {
+			first = i
+		}
 	}
 	used := map[[2]int]bool{} // (group, card) already taken by the group
 	var place func(k int) bool
@@ -204,6 +214,9 @@ func draFits(cards []draCard, asks []draAsk) bool {
 			}
 			if used[[2]int{a.Group, i}] || freeMiB[i] < need || freeCores[i] < a.Cores {
 				continue
+			}
+			if first >= 0 && i != first && (freeMiB[first] < need || freeCores[first] < a.Cores) {
+				continue // the 1.34.2 allocator's check of the slice's first card
 			}
 			freeMiB[i] -= need
 			freeCores[i] -= a.Cores

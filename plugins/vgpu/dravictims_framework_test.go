@@ -21,18 +21,25 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/util"
 
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/pluginargs"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/dracost"
 )
 
 // Reclaim and preempt on DRA nodes, through Volcano's own actions with its predicates
 // plugin allocating claims with Kubernetes 1.34's allocator.
 
-// draEvictTiers are evictTiers with Volcano's DRA predicates on.
-func draEvictTiers() []conf.Tier {
+// draEvictTiers are evictTiers with Volcano's DRA predicates on, and the plugin's
+// claim reclaimer (drareclaim.go) on or off.
+func draEvictTiers(reclaimClaims bool) []conf.Tier {
 	ts := evictTiers()
 	for i, o := range ts[1].Plugins {
 		if o.Name == predicates.PluginName {
 			ts[1].Plugins[i].Arguments = framework.Arguments{predicates.DynamicResourceAllocationEnable: true}
+		}
+	}
+	for i, o := range ts[0].Plugins {
+		if o.Name == PluginName {
+			ts[0].Plugins[i].Arguments = framework.Arguments{pluginargs.KeyDRAReclaim: reclaimClaims}
 		}
 	}
 	return ts
@@ -68,13 +75,19 @@ func fullDRANode() *uthelper.TestCommonStruct {
 	return tc
 }
 
-// openDRAEvict opens a session of tc with the DRA predicates and vgpu in the first tier.
+// openDRAEvict opens a session of tc with the DRA predicates and vgpu in the first
+// tier, its claim reclaimer off: what Volcano's actions do alone.
 func openDRAEvict(t *testing.T, tc *uthelper.TestCommonStruct) (*framework.Session, *vgpuPlugin) {
+	t.Helper()
+	return openDRASession(t, tc, false)
+}
+
+func openDRASession(t *testing.T, tc *uthelper.TestCommonStruct, reclaimClaims bool) (*framework.Session, *vgpuPlugin) {
 	t.Helper()
 	testSched = NewScheduler()
 	var p *vgpuPlugin
 	tc.Plugins = evictBuilders(&p)
-	ssn := tc.RegisterSession(draEvictTiers(), nil)
+	ssn := tc.RegisterSession(draEvictTiers(reclaimClaims), nil)
 	t.Cleanup(tc.Close)
 	t.Cleanup(testSched.Close)
 	return ssn, p

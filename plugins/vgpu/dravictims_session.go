@@ -10,6 +10,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/plugins/util"
 
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/dracost"
 )
 
 // The session's side of the DRA victims (dravictims.go): what a DRA evictor's claims
@@ -22,7 +23,8 @@ import (
 // allocator's view of the allocated devices is taken before victims are chosen, and
 // the pod's claims stay allocated until the pod is gone). The dravictims tests pin
 // both. The plugin still chooses as it would once Volcano asks, and never lets another
-// plugin's choice (a device-plugin or CPU pod) stand for a DRA evictor's cards.
+// plugin's choice (a device-plugin or CPU pod) stand for a DRA evictor's cards; meanwhile
+// its own claim reclaimer (drareclaim.go) evicts what draVictimSet chooses.
 
 // victims chooses, among the candidates Volcano offers on one node, the fewest tasks
 // whose cards make the evictor fit: vGPU tasks for a vGPU evictor (pickVictims,
@@ -73,47 +75,15 @@ func (p *vgpuPlugin) draVictims(evictor *vapi.TaskInfo, asks []draAsk, candidate
 	}
 	nodeName := candidates[0].NodeName
 	node, ok := p.ssn.Nodes[nodeName]
-	cards := p.draNodeCards(nodeName)
-	if !ok || cards == nil {
+	if !ok {
+		return nil, util.Permit
+	}
+	set, tasks, fitsAlready, ok := p.draVictimSet(evictor, asks, node, candidates, false, p.sharedFirstCards())
+	if !ok {
 		return nil, util.Permit // no DRA cards here: nothing freed would take the claims
 	}
-	// Pods being evicted there already leave their cards.
-	var releasing []draHolder
-	for _, t := range node.Tasks {
-		if t.Status == vapi.Releasing {
-			if h, held := p.draHolding(nodeName, t); held {
-				releasing = append(releasing, h)
-			}
-		}
-	}
-	cards = freed(cards, releasing)
-	jobs := p.ssn.Jobs
-	reclaim := jobs[evictor.Job] != nil
-	var holders []draHolder
-	var tasks []*vapi.TaskInfo
-	spare := map[string]int{}
-	for _, c := range gangAdmitted(jobs, evictor, candidates) {
-		if c.Status != vapi.Running || c.Job == evictor.Job || !p.evictable(evictor, c) {
-			continue
-		}
-		h, held := p.draHolding(nodeName, c)
-		if !held {
-			continue
-		}
-		if job := jobs[c.Job]; job != nil {
-			if _, seen := spare[h.Job]; !seen {
-				spare[h.Job] = int(gangSpare(job, reclaim && jobs[evictor.Job].Queue != job.Queue))
-			}
-		}
-		holders, tasks = append(holders, h), append(tasks, c)
-	}
-	picked, fitsAlready := pickDRAVictims(cards, asks, holders, spare)
 	if fitsAlready {
 		return nil, util.Abstain
-	}
-	set := make([]*vapi.TaskInfo, 0, len(picked))
-	for _, i := range picked {
-		set = append(set, tasks[i])
 	}
 	// As for device-plugin pods (victims.go): Volcano stops evicting once CPU, memory
 	// and slots fit, so a set of several victims helps only where each is needed there.
@@ -133,18 +103,80 @@ func (p *vgpuPlugin) draVictims(evictor *vapi.TaskInfo, asks []draAsk, candidate
 	return set, util.Permit
 }
 
+// draVictimSet is the choice behind draVictims and the claim reclaimer (drareclaim.go):
+// among candidates on node, the fewest running DRA pods the evictor may take (another
+// queue's above its card share, or, unless otherQueuesOnly, a lower priority in its own
+// queue; each job keeps its minimum) whose claims, freed, let asks fit the node's cards,
+// counting the pods being evicted there as gone. tasks are every candidate allowed;
+// fitsAlready is true when the asks fit without evicting; ok is false for a node that is
+// not a DRA node of the card book. sharedFirst is sharedFirstCards'.
+func (p *vgpuPlugin) draVictimSet(evictor *vapi.TaskInfo, asks []draAsk, node *vapi.NodeInfo, candidates []*vapi.TaskInfo,
+	otherQueuesOnly bool, sharedFirst map[string]bool) (set, tasks []*vapi.TaskInfo, fitsAlready, ok bool) {
+	cards := p.draNodeCards(node.Name, sharedFirst[node.Name])
+	if cards == nil {
+		return nil, nil, false, false
+	}
+	// Pods being evicted there already leave their cards.
+	var releasing []draHolder
+	for _, t := range node.Tasks {
+		if t.Status == vapi.Releasing {
+			if h, held := p.draHolding(node.Name, t); held {
+				releasing = append(releasing, h)
+			}
+		}
+	}
+	cards = freed(cards, releasing)
+	jobs := p.ssn.Jobs
+	ej := jobs[evictor.Job]
+	reclaim := ej != nil
+	var holders []draHolder
+	spare := map[string]int{}
+	for _, c := range gangAdmitted(jobs, evictor, candidates) {
+		if c.Status != vapi.Running || c.Job == evictor.Job || !p.evictable(evictor, c) {
+			continue
+		}
+		if otherQueuesOnly && (ej == nil || jobs[c.Job] == nil || jobs[c.Job].Queue == ej.Queue) {
+			continue
+		}
+		h, held := p.draHolding(node.Name, c)
+		if !held {
+			continue
+		}
+		if job := jobs[c.Job]; job != nil {
+			if _, seen := spare[h.Job]; !seen {
+				spare[h.Job] = int(gangSpare(job, reclaim && ej.Queue != job.Queue))
+			}
+		}
+		holders, tasks = append(holders, h), append(tasks, c)
+	}
+	picked, fitsAlready := pickDRAVictims(cards, asks, holders, spare)
+	for _, i := range picked {
+		set = append(set, tasks[i])
+	}
+	return set, tasks, fitsAlready, true
+}
+
 // draNodeCards are the cards of a DRA node that take claims, with what the session's
 // allocated claims consume; nil for a node that is not a DRA node of the card book.
-func (p *vgpuPlugin) draNodeCards(node string) []draCard {
+// With sharedFirst (the node publishes card-0 as a device several claims may share) the
+// card of the lowest index is marked SliceFirst: the 1.34.2 allocator's defect bites.
+func (p *vgpuPlugin) draNodeCards(node string, sharedFirst bool) []draCard {
 	n := p.ledger.DRANode(node)
 	if n == nil {
 		return nil
 	}
 	cards := make([]draCard, 0, len(n.Cards))
+	first := -1 // the lowest index: the agent publishes card-<index> in index order
+	for i := range n.Cards {
+		if first < 0 || n.Cards[i].Index < n.Cards[first].Index {
+			first = i
+		}
+	}
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if p.ledger.DRATakesClaims(node, c) {
-			cards = append(cards, draCard{UUID: c.UUID, CapacityMiB: c.CapacityMiB, UsedMiB: c.Used.MemoryMiB, UsedCores: c.Used.Cores})
+			cards = append(cards, draCard{UUID: c.UUID, CapacityMiB: c.CapacityMiB, UsedMiB: c.Used.MemoryMiB, UsedCores: c.Used.Cores,
+				SliceFirst: sharedFirst && i == first})
 		}
 	}
 	return cards
@@ -246,4 +278,31 @@ func (p *vgpuPlugin) sessionClaim(key string) *resourceapi.ResourceClaim {
 		return nil
 	}
 	return c
+}
+
+// sharedFirstCards are the nodes whose ResourceSlice of the driver starts with a device
+// several claims may share (allowMultipleAllocations, which the API server keeps only
+// with DRAConsumableCapacity): where Kubernetes 1.34.2's allocator checks every request
+// against that device's rest (draCard.SliceFirst). Devices allocated whole, one claim
+// each, are checked on their own.
+func (p *vgpuPlugin) sharedFirstCards() map[string]bool {
+	m := p.ssn.SharedDRAManager()
+	if m == nil || m.ResourceSlices() == nil {
+		return nil
+	}
+	slices, err := m.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		klog.V(4).InfoS("Listing ResourceSlices; DRA cards are judged without the 1.34.2 allocator's first-card check", "err", err)
+		return nil
+	}
+	out := map[string]bool{}
+	for _, s := range slices {
+		if s.Spec.Driver != dracost.Driver || s.Spec.NodeName == nil || len(s.Spec.Devices) == 0 {
+			continue
+		}
+		if d := s.Spec.Devices[0]; d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+			out[*s.Spec.NodeName] = true
+		}
+	}
+	return out
 }

@@ -353,3 +353,43 @@ func bruteFits(cards []draCard, asks []draAsk) bool {
 		choice[k]++
 	}
 }
+
+// TestDRAFitsChecksTheSliceFirstCardAs134Does: with the slice's first card marked,
+// draFits refuses what Kubernetes 1.34.2's allocator refuses (a request that does not
+// also fit card-0's rest), so that the victims free card-0 where that is what the
+// allocator needs.
+func TestDRAFitsChecksTheSliceFirstCardAs134Does(t *testing.T) {
+	whole := draAsk{Cores: 100}
+	quarter := draAsk{MemoryMiB: wholeMiB / 4, Cores: 25}
+	held := draHolderOf("a0", "j1", share("c0", wholeMiB, 100))
+	for _, tt := range []struct {
+		name       string
+		sliceFirst bool
+		asks       []draAsk
+		want       bool
+	}{
+		{"without the mark a whole card fits an idle card beside a taken card-0", false, []draAsk{whole}, true},
+		{"with it, a whole card fits nowhere once card-0 is taken", true, []draAsk{whole}, false},
+		{"with it, a share fits nowhere once card-0 is taken whole", true, []draAsk{quarter}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cards := cardsHeldBy(3, held)
+			cards[0].SliceFirst = tt.sliceFirst
+			if got := draFits(cards, tt.asks); got != tt.want {
+				t.Errorf("draFits = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// A share of card-0 leaves room for a share that also fits its rest, on any card.
+	cards := cardsHeldBy(3, draHolderOf("s", "j1", share("c0", wholeMiB/2, 50)))
+	cards[0].SliceFirst = true
+	if !draFits(cards, []draAsk{quarter, quarter, quarter}) || draFits(cards, []draAsk{whole}) {
+		t.Errorf("with half of card-0 taken: quarters should fit, a whole card should not")
+	}
+	// And the victim that frees card-0 is the one chosen, although card-1 and card-2 are idle.
+	cards = cardsHeldBy(3, held)
+	cards[0].SliceFirst = true
+	if got, already := pickDRAVictims(cards, []draAsk{whole}, []draHolder{held}, map[string]int{"j1": 1}); already || len(got) != 1 {
+		t.Errorf("pickDRAVictims = %v (fits already %v), want the holder of card-0", got, already)
+	}
+}

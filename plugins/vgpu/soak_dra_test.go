@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestMixedDRASoak(t *testing.T) {
 }
 
 type draSoakStats struct {
-	DPBound, ClaimsBound, WholeCards, Refused, RefusedClaims, Finished, Deleted int
+	DPBound, ClaimsBound, WholeCards, Refused, RefusedClaims, Finished, Deleted, Evicted int
 	// QueuesChecked counts the queue ledgers compared while they held cards,
 	// CardBooks the DRA cards whose booking was compared while claims held them.
 	QueuesChecked, CardBooks int
@@ -95,6 +96,7 @@ func (s *draSoakStats) add(o draSoakStats) {
 	s.CardBooks += o.CardBooks
 	s.Finished += o.Finished
 	s.Deleted += o.Deleted
+	s.Evicted += o.Evicted
 }
 
 const draSoakCardMiB = 40960
@@ -115,14 +117,17 @@ type draSoakWorld struct {
 	jobs   map[string]*draSoakJob
 	pods   map[string]*corev1.Pod
 	claims map[string]*resourceapi.ResourceClaim
-	next   int
-	stats  draSoakStats
+	// evicting are the pods the session evicted (the plugin's claim reclaimer): they hold
+	// their cards until perturb lets them go, and no queue is charged for them.
+	evicting map[string]bool
+	next     int
+	stats    draSoakStats
 }
 
 func newDRASoakWorld(seed int64) *draSoakWorld {
 	r := rand.New(rand.NewSource(seed))
 	testSched = NewScheduler() // one scheduler for all the seed's sessions, as vc-scheduler has
-	w := &draSoakWorld{r: r, dra: map[string]bool{}, jobs: map[string]*draSoakJob{}, pods: map[string]*corev1.Pod{},
+	w := &draSoakWorld{r: r, dra: map[string]bool{}, jobs: map[string]*draSoakJob{}, pods: map[string]*corev1.Pod{}, evicting: map[string]bool{},
 		claims: map[string]*resourceapi.ResourceClaim{}}
 	for i, n := 0, 1+r.Intn(2); i < n; i++ {
 		w.nodes = append(w.nodes, gpuNode(fmt.Sprintf("dp-%d", i), 2+r.Intn(2), "NVIDIA A100", draSoakCardMiB))
@@ -256,6 +261,11 @@ func (w *draSoakWorld) readBack(ssn *framework.Session) string {
 		}
 		for _, task := range job.Tasks {
 			pod := w.pods[task.Name]
+			if pod != nil && pod.Spec.NodeName != "" && task.Status == vapi.Releasing && !w.evicting[task.Name] {
+				w.evicting[task.Name] = true
+				w.stats.Evicted++
+				continue
+			}
 			if pod == nil || pod.Spec.NodeName != "" || task.NodeName == "" || task.Status == vapi.Pending {
 				continue
 			}
@@ -373,7 +383,9 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 				usedMiB[k] += s.MemoryMiB
 				usedCores[k] += int64(s.Cores)
 			}
-			perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(dracost.Sum(shares))
+			if !w.evicting[name] {
+				perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(dracost.Sum(shares))
+			}
 			continue
 		}
 		if w.dra[pod.Spec.NodeName] {
@@ -384,7 +396,9 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 			return fmt.Sprintf("device-plugin pod %s bound to %s carries assignment %+v (%v)", name, pod.Spec.NodeName, a, err)
 		}
 		for _, ctr := range a.Containers {
-			perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(fairshare.Assigned([]api.ContainerAssignment{ctr}))
+			if !w.evicting[name] {
+				perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(fairshare.Assigned([]api.ContainerAssignment{ctr}))
+			}
 			for _, card := range ctr.Cards {
 				k := cardKey{a.Node, card.UUID}
 				usedMiB[k] += card.MemoryMiB
@@ -419,6 +433,15 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 // them), pending jobs are deleted, new jobs arrive.
 func (w *draSoakWorld) perturb() {
 	r := w.r
+	// The evicted pods finish terminating: they and their claims are gone.
+	for _, name := range sortedKeys(w.evicting) {
+		for _, j := range w.jobs {
+			j.pods = slices.DeleteFunc(j.pods, func(p string) bool { return p == name })
+		}
+		delete(w.pods, name)
+		delete(w.claims, name)
+		delete(w.evicting, name)
+	}
 	for _, name := range sortedKeys(w.jobs) {
 		j := w.jobs[name]
 		if j.pg.Status.Phase != schedulingv1.PodGroupRunning && r.Intn(8) == 0 {

@@ -56,6 +56,8 @@ func (p *vgpuPlugin) OnSessionOpen(ssn *framework.Session) {
 		ssn.AddEventHandler(&framework.EventHandler{AllocateFunc: p.onPlaced, DeallocateFunc: p.onUnplaced})
 	}
 	p.openGates(ssn) // after the shares: which queue-gated pods may be scheduled (gate.go)
+	// Last, on the whole session's view: evicts for one DRA pod that Volcano's reclaim never serves (drareclaim.go).
+	p.reclaimForClaims(ssn, claims)
 
 	took := p.now().Sub(start)
 	p.metrics.open.Observe(took.Seconds())
