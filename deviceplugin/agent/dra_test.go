@@ -166,15 +166,30 @@ func TestTheAgentInDRAModeServesTheDRADriverInsteadOfTheDevicePlugin(t *testing.
 
 	// Ready once the driver serves; the cards' gauges and the memory guard's, off (the
 	// agent does not see the host's processes here).
+	// The slice is published while the driver finishes starting: wait for both (a loaded
+	// machine can take a second or more), never for longer than the test's deadline.
 	base := "http://" + lis.Addr().String()
-	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz = %d %q once the driver started, want 200", code, body)
-	}
-	_, metricsText := get(t, base+"/metrics")
-	for _, want := range []string{
+	wants := []string{
 		`tessera_card_healthy{index="1",model="NVIDIA A30",node="node-a",uuid="` + n.machine.UUID(1) + `"} 1`,
 		`tessera_agent_memory_guard_active{node="node-a"} 0`,
-	} {
+	}
+	var code int
+	var body, metricsText string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body = get(t, base+"/readyz")
+		_, metricsText = get(t, base+"/metrics")
+		ok := code == http.StatusOK
+		for _, want := range wants {
+			ok = ok && strings.Contains(metricsText, want)
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != http.StatusOK {
+		t.Errorf("/readyz = %d %q 10 s after the driver published its slice, want 200", code, body)
+	}
+	for _, want := range wants {
 		if !strings.Contains(metricsText, want) {
 			t.Errorf("metrics lack %s", want)
 		}
