@@ -101,13 +101,7 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Mutate.ServeHTTP(w, r)
 		return
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(b)
+	writeReview(w, out)
 }
 
 // Review answers an AdmissionReview of a pod that goes to DRA nodes (converted or

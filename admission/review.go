@@ -70,6 +70,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	writeReview(w, out)
+}
+
+// writeReview sends an AdmissionReview answer as JSON.
+func writeReview(w http.ResponseWriter, out *admissionv1.AdmissionReview) {
 	b, err := json.Marshal(out)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

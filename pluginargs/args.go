@@ -231,7 +231,13 @@ func (a Args) Request(pod *corev1.Pod) (*placement.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := api.ParsePodOptions(pod.Annotations)
+	return a.RequestFor(cs, pod.Annotations)
+}
+
+// RequestFor is the placement request of containers cs of a pod with these annotations:
+// its options, and the plugin's policies unless the pod overrides them.
+func (a Args) RequestFor(cs []api.ContainerRequest, annotations map[string]string) (*placement.Request, error) {
+	opts, err := api.ParsePodOptions(annotations)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/hookenv"
 	"github.com/tessera-gpu/tessera/deviceplugin/inventory"
 	"github.com/tessera-gpu/tessera/deviceplugin/metrics"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 	"github.com/tessera-gpu/tessera/deviceplugin/podresources"
 	"github.com/tessera-gpu/tessera/deviceplugin/uninstall"
 )
@@ -67,7 +68,7 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 	defer uninst.stop()
 	// The pods bound to the node: where a new claim's regions go, the memory guard's pods,
 	// and the pods whose claims the metrics report.
-	nodePods := dra.NewNodePods(deps.Client, cfg.NodeName)
+	nodePods := nodepods.NewInformer(deps.Client, cfg.NodeName)
 	// The driver's preparer exists once the driver has started; scrapes before that see
 	// no claim.
 	var prep atomic.Pointer[dra.Preparer]
@@ -85,7 +86,7 @@ func runDRA(ctx context.Context, cfg *config.Config, deps Deps, n nodeParts) err
 		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: n.guard.Observe}, m)
 	mon := health.New(deps.NVML, n.devices, n.reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
-	nodePods.Start(ctx)
+	nodePods.Run(ctx)
 	defer func() { stop(); nodePods.Shutdown() }()
 	dcfg := draConfig(cfg, n.container)
 	dcfg.Prepare.Pods = nodePods.Getter(2 * time.Second)

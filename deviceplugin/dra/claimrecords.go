@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/deviceplugin/records"
@@ -63,16 +62,3 @@ func (s ClaimSource) Records() (map[string][]*records.Record, error) {
 	}
 	return ClaimRecords(s.Prepared(), pods), nil
 }
-
-// Exists reports whether a pod with this UID is bound to the node (with Get and Synced,
-// the metrics' pod lookup).
-func (p *NodePods) Exists(uid types.UID) bool {
-	pods, err := p.List()
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(pods, func(pod *corev1.Pod) bool { return pod.UID == uid })
-}
-
-// Synced reports whether the informer has listed the node's pods once.
-func (p *NodePods) Synced() bool { return p.synced() }

@@ -13,7 +13,7 @@
 //   - region.go: where a claim's containers keep vgpu-core's region (the pods' region
 //     volume or their /dev/shm), chosen once per claim.
 //   - guardlimits.go, claimrecords.go: the prepared claims as the memory guard's per-pod
-//     limits and as per-pod records for the usage metrics; NodePods, the pods they are
+//     limits and as per-pod records for the usage metrics; the node's pod informer (nodepods), the pods they are
 //     matched against.
 //   - driver.go: the Driver, which owns the kubelet plugin helper and republishes the
 //     ResourceSlice when health or cordons change.

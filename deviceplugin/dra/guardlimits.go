@@ -1,23 +1,13 @@
 package dra
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	listersv1 "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/memguard"
+	"github.com/tessera-gpu/tessera/deviceplugin/nodepods"
 )
 
 // The memory guard on a DRA node: it holds each pod to the memory of the prepared claims
@@ -101,71 +91,6 @@ func GuardLimits(prep PreparedSource, pods PodLister) memguard.Limits {
 	}
 }
 
-// ErrPodsNotSynced is returned by NodePods.List before the informer has listed once: the
-// guard then skips its check rather than judge every pod unmanaged.
-var ErrPodsNotSynced = errors.New("the node's pods are not listed yet")
-
-// NodePods is a node-filtered pod informer: the pods bound to one node, for the memory
-// guard (List) and for choosing where a claim's regions go (Get).
-type NodePods struct {
-	factory informers.SharedInformerFactory
-	lister  listersv1.PodLister
-	synced  cache.InformerSynced
-	node    string
-}
-
-// NewNodePods watches the pods bound to node once Start is called.
-func NewNodePods(client kubernetes.Interface, node string) *NodePods {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-	}))
-	inf := f.Core().V1().Pods()
-	return &NodePods{factory: f, lister: inf.Lister(), synced: inf.Informer().HasSynced, node: node}
-}
-
-// Start runs the informer until ctx ends; it does not wait for the first list.
-func (p *NodePods) Start(ctx context.Context) { p.factory.Start(ctx.Done()) }
-
-// Shutdown waits for the informer's goroutines once ctx has ended.
-func (p *NodePods) Shutdown() { p.factory.Shutdown() }
-
-// Get returns the pod if the informer has it bound to this node (a PodGetter).
-func (p *NodePods) Get(namespace, name string) (*corev1.Pod, bool) {
-	pod, err := p.lister.Pods(namespace).Get(name)
-	if err != nil || pod.Spec.NodeName != p.node {
-		return nil, false
-	}
-	return pod, true
-}
-
-// Getter is Get waiting up to wait for a pod the informer has not seen yet (the kubelet
-// may prepare a pod's claims a moment before the informer hears of its binding).
-func (p *NodePods) Getter(wait time.Duration) PodGetter {
-	return func(namespace, name string) (*corev1.Pod, bool) {
-		deadline := time.Now().Add(wait)
-		for {
-			if pod, ok := p.Get(namespace, name); ok || !time.Now().Before(deadline) {
-				return pod, ok
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-// List returns the pods bound to the node, ErrPodsNotSynced before the first list.
-func (p *NodePods) List() ([]*corev1.Pod, error) {
-	if !p.synced() {
-		return nil, fmt.Errorf("node %s: %w", p.node, ErrPodsNotSynced)
-	}
-	pods, err := p.lister.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list the pods of node %s: %w", p.node, err)
-	}
-	out := pods[:0:0]
-	for _, pod := range pods {
-		if pod.Spec.NodeName == p.node {
-			out = append(out, pod)
-		}
-	}
-	return out, nil
-}
+// ErrPodsNotSynced is returned by the node's pod list before its informer has listed
+// once: the guard then skips its check rather than judge every pod unmanaged.
+var ErrPodsNotSynced = nodepods.ErrPodsNotSynced

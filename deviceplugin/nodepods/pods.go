@@ -55,6 +55,49 @@ func (p *Informer) Start(ctx context.Context) error {
 	return nil
 }
 
+// Run runs the informer until ctx ends without waiting for its first list: List says
+// ErrPodsNotSynced until then.
+func (p *Informer) Run(ctx context.Context) { p.factory.Start(ctx.Done()) }
+
+// Shutdown waits for the informer's goroutines once ctx has ended.
+func (p *Informer) Shutdown() { p.factory.Shutdown() }
+
+// ErrPodsNotSynced is returned by List before the informer has listed once: a caller
+// then skips its work rather than judge every pod gone.
+var ErrPodsNotSynced = errors.New("the node's pods are not listed yet")
+
+// List returns the pods bound to the node, ErrPodsNotSynced before the first list.
+func (p *Informer) List() ([]*corev1.Pod, error) {
+	if !p.synced() {
+		return nil, fmt.Errorf("node %s: %w", p.node, ErrPodsNotSynced)
+	}
+	pods, err := p.lister.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list the pods of node %s: %w", p.node, err)
+	}
+	out := pods[:0:0]
+	for _, pod := range pods {
+		if pod.Spec.NodeName == p.node {
+			out = append(out, pod)
+		}
+	}
+	return out, nil
+}
+
+// Getter is Get waiting up to wait for a pod the informer has not seen yet (the kubelet
+// may act on a pod a moment before the informer hears of its binding).
+func (p *Informer) Getter(wait time.Duration) func(namespace, name string) (*corev1.Pod, bool) {
+	return func(namespace, name string) (*corev1.Pod, bool) {
+		deadline := time.Now().Add(wait)
+		for {
+			if pod, ok := p.Get(namespace, name); ok || !time.Now().Before(deadline) {
+				return pod, ok
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
 // Get returns the pod if it is bound to this node.
 func (p *Informer) Get(namespace, name string) (*corev1.Pod, bool) {
 	pod, err := p.lister.Pods(namespace).Get(name)

@@ -13,6 +13,7 @@ import (
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/dracost"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
 
 // Enqueue for gangs whose members ask for Tessera's cards through ResourceClaims of
@@ -81,25 +82,6 @@ func claimCosts(members []claimMember, wholeMiB int64) []fairshare.Amount {
 	return out
 }
 
-// cheapestSum sums, per dimension, the need smallest of costs: if even they exceed a
-// capacity, no choice of need members fits it.
-func cheapestSum(costs []fairshare.Amount, need int) fairshare.Amount {
-	sum := func(of func(fairshare.Amount) float64) float64 {
-		vs := make([]float64, len(costs))
-		for i, c := range costs {
-			vs[i] = of(c)
-		}
-		sort.Float64s(vs)
-		total := 0.0
-		for _, v := range vs[:min(need, len(vs))] {
-			total += v
-		}
-		return total
-	}
-	return fairshare.Amount{MemoryMiB: sum(func(a fairshare.Amount) float64 { return a.MemoryMiB }),
-		Cores: sum(func(a fairshare.Amount) float64 { return a.Cores })}
-}
-
 // claimNeverFits says why need of members can never hold on the DRA nodes' cards, or
 // "". A member with a claim no node can take never runs; the rest are priced from
 // below (a request without memory at the smallest card) and summed, cheapest first,
@@ -121,7 +103,7 @@ func claimNeverFits(members []claimMember, need int, s draSupply) string {
 	if len(fitting) < need && firstWhy != "" {
 		return fmt.Sprintf("%d of %d pending members can run, %d more needed: %s", len(fitting), len(members), need, firstWhy)
 	}
-	sum := cheapestSum(claimCosts(fitting, s.smallestMiB), need)
+	sum := shares.Cheapest(claimCosts(fitting, s.smallestMiB), need)
 	switch {
 	case sum.MemoryMiB > s.total.MemoryMiB:
 		return fmt.Sprintf("%s at least %.0f MiB of card memory; the DRA nodes have %.0f MiB on %d healthy cards",
@@ -154,7 +136,7 @@ func memberNeverFits(m claimMember, s draSupply) string {
 // claimBeyondFree says why need of members cannot hold on what the DRA nodes' cards
 // have free now, or "".
 func claimBeyondFree(members []claimMember, need int, s draSupply) string {
-	sum := cheapestSum(claimCosts(members, s.smallestMiB), need)
+	sum := shares.Cheapest(claimCosts(members, s.smallestMiB), need)
 	switch {
 	case sum.MemoryMiB > s.free.MemoryMiB:
 		return fmt.Sprintf("%s at least %.0f MiB of card memory, %.0f MiB free on the DRA nodes",

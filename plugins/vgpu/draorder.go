@@ -181,17 +181,5 @@ func draRequest(pod *corev1.Pod, keys []string, claims map[string]*resourceapi.R
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	opts, err := api.ParsePodOptions(pod.Annotations)
-	if err != nil {
-		return nil, err
-	}
-	req := &placement.Request{Containers: cs, Options: opts, CardPolicy: args.CardPolicy, NodePolicy: args.NodePolicy,
-		TopologyWeight: args.TopologyWeight}
-	if opts.CardPolicy != "" {
-		req.CardPolicy = opts.CardPolicy
-	}
-	if opts.NodePolicy != "" {
-		req.NodePolicy = opts.NodePolicy
-	}
-	return req, nil
+	return args.RequestFor(cs, pod.Annotations)
 }

@@ -18,6 +18,22 @@ import (
 // whose cost cannot be known (allocationMode All, a bad quantity) is an error naming
 // the field and the value.
 func Asked(claim *resourceapi.ResourceClaim, wholeMiB int64) (cost fairshare.Amount, ok bool, err error) {
+	ok, err = eachRequest(claim, func(r *resourceapi.ExactDeviceRequest, field string) error {
+		c, err := exactCost(r, wholeMiB, field)
+		cost = cost.Add(c)
+		return err
+	})
+	if err != nil {
+		return fairshare.Amount{}, ok, err
+	}
+	return cost, ok, nil
+}
+
+// eachRequest calls fn with each request of DeviceClass Class in the claim's spec and its
+// field as the claim spells it: the request itself, or of one with firstAvailable
+// alternatives the first of the class (the allocator tries them in order). ok is false
+// when no request names the class; the first error of fn ends the walk.
+func eachRequest(claim *resourceapi.ResourceClaim, fn func(r *resourceapi.ExactDeviceRequest, field string) error) (ok bool, err error) {
 	where := fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name)
 	for i, r := range claim.Spec.Devices.Requests {
 		field := fmt.Sprintf("%s: spec.devices.requests[%d]", where, i)
@@ -38,13 +54,12 @@ func Asked(claim *resourceapi.ResourceClaim, wholeMiB int64) (cost fairshare.Amo
 		if exact == nil {
 			continue
 		}
-		c, err := exactCost(exact, wholeMiB, field)
-		if err != nil {
-			return fairshare.Amount{}, true, err
+		ok = true
+		if err := fn(exact, field); err != nil {
+			return true, err
 		}
-		cost, ok = cost.Add(c), true
 	}
-	return cost, ok, nil
+	return ok, nil
 }
 
 // exactCost is one request's count × (memory, cores).

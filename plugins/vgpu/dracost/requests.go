@@ -1,8 +1,6 @@
 package dracost
 
 import (
-	"fmt"
-
 	resourceapi "k8s.io/api/resource/v1"
 )
 
@@ -27,39 +25,24 @@ type CardRequest struct {
 // no request names the class. A request whose cards cannot be known before allocation
 // (allocationMode All, a bad quantity) is an error naming the field and the value.
 func CardRequests(claim *resourceapi.ResourceClaim) (reqs []CardRequest, ok bool, err error) {
-	where := fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name)
-	for i, r := range claim.Spec.Devices.Requests {
-		field := fmt.Sprintf("%s: spec.devices.requests[%d]", where, i)
-		var exact *resourceapi.ExactDeviceRequest
-		switch {
-		case r.Exactly != nil && r.Exactly.DeviceClassName == Class:
-			exact, field = r.Exactly, field+".exactly"
-		case r.Exactly == nil:
-			for j := range r.FirstAvailable {
-				if sub := &r.FirstAvailable[j]; sub.DeviceClassName == Class {
-					exact = &resourceapi.ExactDeviceRequest{DeviceClassName: sub.DeviceClassName, AllocationMode: sub.AllocationMode,
-						Count: sub.Count, Capacity: sub.Capacity}
-					field = fmt.Sprintf("%s.firstAvailable[%d]", field, j)
-					break
-				}
-			}
-		}
-		if exact == nil {
-			continue
-		}
+	ok, err = eachRequest(claim, func(exact *resourceapi.ExactDeviceRequest, field string) error {
 		// One card's cost, with no whole-card size: a request that names no memory
 		// reads 0, which the caller prices at the card it compares with.
 		one := *exact
 		one.Count = 1
 		c, err := exactCost(&one, 0, field)
 		if err != nil {
-			return nil, true, err
+			return err
 		}
 		count := int64(1)
 		if exact.Count > 0 {
 			count = exact.Count
 		}
-		reqs, ok = append(reqs, CardRequest{Field: field, Count: count, MemoryMiB: int64(c.MemoryMiB), Cores: int64(c.Cores)}), true
+		reqs = append(reqs, CardRequest{Field: field, Count: count, MemoryMiB: int64(c.MemoryMiB), Cores: int64(c.Cores)})
+		return nil
+	})
+	if err != nil {
+		return nil, true, err
 	}
 	return reqs, ok, nil
 }

@@ -100,7 +100,8 @@ func (s *Shares) BeyondCapability(queue vapi.QueueID, costs []fairshare.Amount, 
 	if !ok || need <= 0 || len(costs) == 0 {
 		return ""
 	}
-	m, c := cheapest(costs, need)
+	sum := Cheapest(costs, need)
+	m, c := sum.MemoryMiB, sum.Cores
 	if m > q.capability.MemoryMiB {
 		return fmt.Sprintf("queue %s's capability of %.0f MiB of card memory is less than the %.0f MiB its %d members need",
 			q.name, q.capability.MemoryMiB, m, need)
@@ -121,12 +122,12 @@ func (s *Shares) Entitled(queue vapi.QueueID, costs []fairshare.Amount, need int
 	if !ok || need <= 0 || len(costs) == 0 {
 		return false
 	}
-	m, c := cheapest(costs, need)
-	return fairshare.Amount{MemoryMiB: m, Cores: c}.Within(q.deserved.Sub(q.allocated))
+	return Cheapest(costs, need).Within(q.deserved.Sub(q.allocated))
 }
 
-// cheapest sums, per dimension, the need smallest of costs.
-func cheapest(costs []fairshare.Amount, need int) (memoryMiB, cores float64) {
+// Cheapest sums, per dimension, the need smallest of costs: if even they exceed a
+// capacity, no choice of need of them fits it.
+func Cheapest(costs []fairshare.Amount, need int) fairshare.Amount {
 	sum := func(of func(fairshare.Amount) float64) float64 {
 		vs := make([]float64, len(costs))
 		for i, c := range costs {
@@ -139,5 +140,6 @@ func cheapest(costs []fairshare.Amount, need int) (memoryMiB, cores float64) {
 		}
 		return total
 	}
-	return sum(func(a fairshare.Amount) float64 { return a.MemoryMiB }), sum(func(a fairshare.Amount) float64 { return a.Cores })
+	return fairshare.Amount{MemoryMiB: sum(func(a fairshare.Amount) float64 { return a.MemoryMiB }),
+		Cores: sum(func(a fairshare.Amount) float64 { return a.Cores })}
 }
