@@ -235,18 +235,30 @@ func (c *collector) readRegions(recs []*records.Record) []regionRead {
 	results := make(chan indexed, len(paths)) // never blocks the reader
 	var expired atomic.Bool
 	go func() {
-		defer func() { c.reader <- struct{}{} }()
+		// The token goes back before the last result: a scrape that got every result
+		// finds it there, so scrapes in a row each read the regions.
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				c.reader <- struct{}{}
+			}
+		}
+		defer release()
 		s := usage.NewSampler(c.src.ProcRoot, c.hostPIDs)
 		for i, p := range paths {
 			if expired.Load() {
 				return
 			}
-			if p == "" {
-				results <- indexed{i, regionRead{err: errNoVolume}}
-				continue
+			res := regionRead{err: errNoVolume}
+			if p != "" {
+				u, err := c.read(s, p)
+				res = regionRead{u, err}
 			}
-			u, err := c.read(s, p)
-			results <- indexed{i, regionRead{u, err}}
+			if i == len(paths)-1 {
+				release()
+			}
+			results <- indexed{i, res}
 		}
 	}()
 	timer := time.NewTimer(c.budget)

@@ -254,3 +254,32 @@ func TestAContainerWithoutTheRegionVolumeIsReportedWithoutRegionOrError(t *testi
 		}
 	}
 }
+
+// Scrapes in a row each read the regions: the reader gives its token back before the
+// scrape sees the last result, so the next scrape never finds an earlier read still
+// holding it (before, a scrape right after another could skip every region).
+func TestScrapesInARowEachReadTheRegions(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("regions exist on Linux nodes only")
+	}
+	reg, store, live := hostileNode(t, "u-a", "u-b")
+	writeRegion(t, regionOf(t, store, "u-a"), 1<<20)
+	writeRegion(t, regionOf(t, store, "u-b"), 2<<20)
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "region_read_errors_total"}, []string{"reason"})
+	c := newCollector(Sources{Node: "n1", Cards: reg, Store: store, KubeletPodsDir: kubeletPods(store), Pods: live, ProcRoot: t.TempDir()}, errs)
+	byUID, err := store.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*records.Record
+	for _, rs := range byUID {
+		recs = append(recs, rs...)
+	}
+	for i := 0; i < 500; i++ {
+		for k, r := range c.readRegions(recs) {
+			if r.err != nil {
+				t.Fatalf("scrape %d: %s not read: %v", i+1, recs[k].Pod, r.err)
+			}
+		}
+	}
+}
