@@ -1,13 +1,9 @@
 package suite
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,36 +119,12 @@ func TestDRAQueuesSplitCardMemoryByWeight(t *testing.T) {
 }
 
 // schedulerQueueMemoryMiB reads, per queue, the card memory the scheduler's queue share
-// counts as allocated (tessera_scheduler_queue_vgpu_memory_bytes{kind="allocated"}).
+// counts as allocated (tessera_scheduler_queue_vgpu_memory_bytes{kind="allocated"}), in
+// whole MiB.
 func schedulerQueueMemoryMiB(ctx context.Context) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.SchedulerMetricsURL(), nil)
-	if err != nil {
-		return nil, err
+	out, err := schedulerQueueMiB(ctx, "allocated")
+	for q, v := range out {
+		out[q] = math.Round(v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", cl.SchedulerMetricsURL(), resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "tessera_scheduler_queue_vgpu_memory_bytes{") || !strings.Contains(line, `kind="allocated"`) {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `queue="`)
-		q, _, _ := strings.Cut(rest, `"`)
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[q] = math.Round(v / (1 << 20))
-		}
-	}
-	return out, sc.Err()
+	return out, err
 }

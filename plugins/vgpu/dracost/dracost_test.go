@@ -229,6 +229,24 @@ func hugeExponent(s string) bool {
 	return i >= 0 && len(s)-i-1 > 3
 }
 
+// fuzzedRequest is a request of Tessera's class with the fuzzer's count and mode, and
+// the memory and cores it wrote where they parse as quantities.
+func fuzzedRequest(count int64, memory, cores, mode string) resourceapi.DeviceRequest {
+	r := request(Class, count, nil)
+	r.Exactly.AllocationMode = resourceapi.DeviceAllocationMode(mode)
+	reqs := map[resourceapi.QualifiedName]resource.Quantity{}
+	if q, err := resource.ParseQuantity(memory); err == nil {
+		reqs[CapacityMemory] = q
+	}
+	if q, err := resource.ParseQuantity(cores); err == nil {
+		reqs[CapacityCores] = q
+	}
+	if len(reqs) > 0 {
+		r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: reqs}
+	}
+	return r
+}
+
 // FuzzAsked feeds arbitrary counts and capacity requests through Asked: it never
 // panics, and a cost it returns is never negative.
 func FuzzAsked(f *testing.F) {
@@ -241,18 +259,7 @@ func FuzzAsked(f *testing.F) {
 		if hugeExponent(memory) || hugeExponent(cores) {
 			t.Skip()
 		}
-		r := request(Class, count, nil)
-		r.Exactly.AllocationMode = resourceapi.DeviceAllocationMode(mode)
-		reqs := map[resourceapi.QualifiedName]resource.Quantity{}
-		if q, err := resource.ParseQuantity(memory); err == nil {
-			reqs[CapacityMemory] = q
-		}
-		if q, err := resource.ParseQuantity(cores); err == nil {
-			reqs[CapacityCores] = q
-		}
-		if len(reqs) > 0 {
-			r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: reqs}
-		}
+		r := fuzzedRequest(count, memory, cores, mode)
 		cost, ok, err := Asked(claimOf(r), 81559)
 		if !ok {
 			t.Fatalf("a request of class %s was not recognised", Class)

@@ -64,18 +64,7 @@ func FuzzCardRequests(f *testing.F) {
 		if hugeExponent(memory) || hugeExponent(cores) {
 			t.Skip()
 		}
-		r := request(Class, count, nil)
-		r.Exactly.AllocationMode = resourceapi.DeviceAllocationMode(mode)
-		reqs := map[resourceapi.QualifiedName]resource.Quantity{}
-		if q, err := resource.ParseQuantity(memory); err == nil {
-			reqs[CapacityMemory] = q
-		}
-		if q, err := resource.ParseQuantity(cores); err == nil {
-			reqs[CapacityCores] = q
-		}
-		if len(reqs) > 0 {
-			r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: reqs}
-		}
+		r := fuzzedRequest(count, memory, cores, mode)
 		got, ok, err := CardRequests(claimOf(r))
 		_, _, askedErr := Asked(claimOf(r), 81559)
 		if !ok || (err == nil) != (askedErr == nil) {
