@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +60,9 @@ func requireRealRuntime(t *testing.T) {
 // the pod's memory-backed region volume (the admission webhook added it), where a fallocate
 // of 1 GiB is refused; the node's state directory holds nothing a container can write. Then gpu-r1's
 // kubelet is killed and started again: the containers keep running (same processes), and the
-// pod keeps its UID without a restart. Then gpu-r2's agent is killed while its probes hold
+// pod keeps its UID without a restart. Then the hook library is upgraded with the chart's own
+// install-hook-library command, rendered by Helm, over and over while new probes start
+// (hookUpgradeKeepsRunningContainers). Then gpu-r2's agent is killed while its probes hold
 // memory and started again with the node's flags: same processes, no restart, the new agent's
 // metrics show both containers' hook and memory again, and a pod admitted on gpu-r2 after it
 // gets its handoff (a probe that passes the checks above). Last, every process of gpu-r1's
@@ -162,7 +163,7 @@ func TestRealContainersLoadTheHookAndHoldTheirLimits(t *testing.T) {
 			ctrd>>20, count, shims>>20)
 	}
 	kubeletRestartKeepsContainers(t, "gpu-r1", pods[0], pids)
-	newLib := hookUpgradeKeepsRunningContainers(t, pids)
+	newLib := hookUpgradeKeepsRunningContainers(t, namespace, pids)
 	agentRestartKeepsContainers(t, namespace, "gpu-r2", pods[1], pids, probes, newLib)
 	containerRestartKeepsLimits(t, pods[0], "user", probes["gpu-r1/user"])
 	forceDeleteWhileStartingLeavesNothing(t, namespace)
@@ -470,71 +471,6 @@ func agentRestartKeepsContainers(t *testing.T, namespace, node string, pod corev
 	} else if got := hookInode(pid); got != lib {
 		t.Errorf("%s (host pid %d), started after the upgrade, maps hook library inode %d, want the new file's %d", p.Name, pid, got, lib)
 	}
-}
-
-// hookUpgradeKeepsRunningContainers upgrades the hook library on the host as the chart's
-// init container does (a copy beside it, renamed over it) while the probes run: their
-// processes live on with the library they mapped (its old inode: a running process's code
-// never changes under it), and the new file is what later containers get. It returns the
-// new file's inode.
-func hookUpgradeKeepsRunningContainers(t *testing.T, pids map[string]int) uint64 {
-	t.Helper()
-	lib := cl.HookLibrary()
-	old := inodeOf(t, lib)
-	started := map[string]string{}
-	for k, pid := range pids {
-		started[k] = processStart(pid)
-	}
-	b, err := os.ReadFile(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(lib+".tmp", b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(lib+".tmp", lib); err != nil {
-		t.Fatal(err)
-	}
-	upgraded := inodeOf(t, lib)
-	if upgraded == old {
-		t.Fatalf("the upgraded hook library kept inode %d", old)
-	}
-	for k, pid := range pids {
-		if processStart(pid) != started[k] {
-			t.Errorf("%s: process %d did not survive the hook library's upgrade", k, pid)
-			continue
-		}
-		if got := hookInode(pid); got != old {
-			t.Errorf("%s: process %d maps hook library inode %d after the upgrade, want the one it started with, %d", k, pid, got, old)
-		}
-	}
-	t.Logf("hook library upgraded under %d running probe processes (inode %d -> %d): each still maps the one it started with", len(pids), old, upgraded)
-	return upgraded
-}
-
-func inodeOf(t *testing.T, path string) uint64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Sys().(*syscall.Stat_t).Ino
-}
-
-// hookInode is the inode of the hook library in a process's memory map, 0 when not mapped.
-func hookInode(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 6 && strings.HasPrefix(f[5], cl.HookLibrary()) {
-			ino, _ := strconv.ParseUint(f[4], 10, 64)
-			return ino
-		}
-	}
-	return 0
 }
 
 // containerRestartKeepsLimits kills every process of one probe container from the host; the
