@@ -139,9 +139,13 @@ func Run(ctx context.Context, cfg *config.Config, deps Deps) error {
 		reg, pods, prc, store, &nodepods.PatchMarker{Client: deps.Client, Attempts: 3, Backoff: 200 * time.Millisecond}, m)
 	srv := kubeletserver.New(kubeletserver.Options{PluginDir: cfg.DevicePluginDir, SocketName: cfg.PluginSocket,
 		Resource: cfg.ResourceName, OnRegistered: func() { m.Registered(); ready.ready() },
-		ReportNUMA: cfg.SlotTopology == config.SlotTopologyNUMA}, reg, h)
+		ReportNUMA: cfg.SlotTopology == config.SlotTopologyNUMA, AwaitCordons: true}, reg, h)
+	// Each write of the publisher returns the Node: the coexistence guard reads other
+	// plugins' resources from it, and the kubelet server the card cordons, which so
+	// cost no read of their own and follow the Node within one heartbeat.
+	observeNode := func(n *corev1.Node) { guard.Observe(n); srv.ObserveNode(n) }
 	pub := inventory.New(deps.Client, reg, inventory.Options{Node: cfg.NodeName, Heartbeat: cfg.HeartbeatInterval.Duration,
-		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: guard.Observe, MIGRepartition: cfg.MIGRepartition}, m)
+		VolcanoCompat: cfg.VolcanoCompat, CardAPI: cfg.CardAPI, Observe: observeNode, MIGRepartition: cfg.MIGRepartition}, m)
 	mon := health.New(deps.NVML, devices, reg, health.Options{FatalXIDs: cfg.Health.FatalXIDs,
 		CheckInterval: cfg.Health.CheckInterval.Duration, RecoverAfter: cfg.Health.RecoverAfter.Duration})
 	maint := gc.New(pods, store, prc, h.MarkIfComplete, cfg.GCGracePeriod.Duration)

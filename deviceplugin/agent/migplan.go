@@ -42,7 +42,8 @@ type migPlans struct {
 	node    string
 	devices map[string]nvml.Device
 	reg     *cards.Registry
-	// shares is sharesPerCard: a card in MIG mode offers max(shares, instances) slots.
+	// shares is sharesPerCard: a card in MIG mode offers at least that many slots, one per
+	// instance its profile table allows and one per instance it holds.
 	shares   int
 	outcomes *prometheus.CounterVec
 	now      func() time.Time
@@ -197,7 +198,9 @@ func (m *migPlans) refresh(uuid string, dev nvml.Device) {
 	for i, d := range devs {
 		instances[i] = d.MIGInstance
 	}
-	shares := max(m.shares, len(instances))
+	// The card already offers a slot for every instance its profile table allows
+	// (discovery); a plan only adds slots, should NVML ever list more instances.
+	shares := max(c.Shares, m.shares, len(instances))
 	if c.Shares != shares {
 		klog.InfoS("The card's slot count follows its MIG instances", "node", m.node, "card", uuid, "from", c.Shares, "to", shares)
 	}

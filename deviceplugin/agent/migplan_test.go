@@ -133,6 +133,7 @@ func nvmlUUIDs(m *nvmlfake.Machine) []string {
 func TestTheAgentAppliesAPlanAndPublishesTheLayout(t *testing.T) {
 	s := newPlanScene(t, "", "3g.40gb", "2g.20gb", "1g.10gb")
 	kept := s.m.MIGInstances(0)[0].UUID
+	before, _ := s.reg.Card(s.m.UUID(0))
 	st, layout := s.run(t)
 	if st.ID != "p1" || st.Outcome != api.MIGPlanApplied || st.Card != s.m.UUID(0) {
 		t.Fatalf("answer %+v, want p1 applied", st)
@@ -146,8 +147,10 @@ func TestTheAgentAppliesAPlanAndPublishesTheLayout(t *testing.T) {
 	if !reflect.DeepEqual(uuids(layout), nvmlUUIDs(s.m)) {
 		t.Fatalf("published %v, NVML has %v", uuids(layout), nvmlUUIDs(s.m))
 	}
-	if c, _ := s.reg.Card(s.m.UUID(0)); c.Shares != 3 {
-		t.Errorf("card offers %d slots, want one per instance (3)", c.Shares)
+	// The card offered a slot for every instance its profile table allows from the
+	// start (seven 1g.10gb), so the plan neither adds nor takes slots away.
+	if c, _ := s.reg.Card(s.m.UUID(0)); before.Shares != 7 || c.Shares != before.Shares {
+		t.Errorf("card offers %d slots after the plan, %d before; want 7 throughout", c.Shares, before.Shares)
 	}
 	select {
 	case <-s.changes:

@@ -25,7 +25,8 @@ var ErrNoCards = errors.New("no usable cards")
 // Options tune what discovery reports.
 type Options struct {
 	// Shares is the number of kubelet slots (containers at once) per card; a card in MIG
-	// mode offers at least one per MIG device.
+	// mode offers at least as many as its profile table allows instances on one card
+	// (MaxMIGInstances), and one per MIG device it holds.
 	Shares int
 	// SysfsRoot is where PCI devices are looked up when NVML cannot tell a card's NUMA
 	// node ("/sys" on a real node; empty skips the fallback).
@@ -136,10 +137,23 @@ func readDevice(lib nvml.Interface, index int, opts Options) (Device, error) {
 	return d, nil
 }
 
-// readMIGLayout fills in a MIG-mode card's devices. A layout NVML cannot report is
-// logged and left unknown: the card itself is still discovered.
+// readMIGLayout fills in a MIG-mode card's devices and its slot count. A layout NVML
+// cannot report is logged and left unknown: the card itself is still discovered.
+//
+// Each instance goes to one container whole, and the kubelet admits a container only
+// with a free slot of the card, so the card offers a slot for every instance it could
+// hold, not only for those it holds now: its instances may be re-partitioned into more
+// (two 3g into seven 1g) while the agent runs, and the kubelet must then already have
+// a slot for each of the pods the scheduler places on them.
 func readMIGLayout(d *Device) {
-	devs, err := ReadMIGDevices(d.Handle, d.Card.UUID, uint64(d.Card.MemoryMiB))
+	mem := uint64(d.Card.MemoryMiB)
+	profiles, err := MIGProfiles(d.Handle, mem)
+	if err != nil {
+		klog.ErrorS(err, "Cannot read the card's MIG profiles", "uuid", d.Card.UUID)
+		return
+	}
+	d.Card.Shares = max(d.Card.Shares, MaxMIGInstances(profiles))
+	devs, err := readMIGDevices(d.Handle, d.Card.UUID, profiles)
 	if err != nil {
 		klog.ErrorS(err, "Cannot read the card's MIG devices", "uuid", d.Card.UUID)
 		return
@@ -149,10 +163,10 @@ func readMIGLayout(d *Device) {
 	for i, m := range devs {
 		d.Card.MIGInstances[i] = m.MIGInstance
 	}
-	// Each instance goes to one container whole, and the kubelet admits a container only
-	// with a free slot of the card: a card offers at least one slot per instance.
+	// No card should hold more instances than its table allows; if NVML ever lists
+	// more, each still gets a slot.
 	d.Card.Shares = max(d.Card.Shares, len(devs))
-	klog.V(4).InfoS("Read MIG devices", "uuid", d.Card.UUID, "count", len(devs))
+	klog.V(4).InfoS("Read MIG devices", "uuid", d.Card.UUID, "count", len(devs), "slots", d.Card.Shares)
 }
 
 // numaNode asks NVML first and falls back to the PCI device's sysfs entry, which is

@@ -81,6 +81,17 @@ type giShape struct {
 	placement nvml.GpuInstancePlacement
 }
 
+// MaxMIGInstances is the most GPU instances the profile table allows on one card: the
+// largest instance count of any profile (7 of the 1-slice profile on an A100 or H100).
+// No layout of the card holds more.
+func MaxMIGInstances(profiles []MIGProfile) int {
+	n := 0
+	for _, p := range profiles {
+		n = max(n, int(p.Info.InstanceCount))
+	}
+	return n
+}
+
 // ReadMIGDevices lists the MIG devices of card h (in MIG mode) in NVML's order, with
 // the profile and placement of each one's GPU instance.
 func ReadMIGDevices(h nvml.Device, parentUUID string, cardMiB uint64) ([]MIGDevice, error) {
@@ -88,6 +99,11 @@ func ReadMIGDevices(h nvml.Device, parentUUID string, cardMiB uint64) ([]MIGDevi
 	if err != nil {
 		return nil, err
 	}
+	return readMIGDevices(h, parentUUID, profiles)
+}
+
+// readMIGDevices is ReadMIGDevices with the card's profiles already read.
+func readMIGDevices(h nvml.Device, parentUUID string, profiles []MIGProfile) ([]MIGDevice, error) {
 	shapes := map[int]giShape{}
 	for _, p := range profiles {
 		gis, ret := h.GetGpuInstances(&p.Info)

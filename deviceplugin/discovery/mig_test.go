@@ -128,19 +128,29 @@ func inventoryOf(r *Result) *api.NodeInventory {
 }
 
 // The kubelet admits a container only with a free slot of its card, and each MIG
-// instance goes to one container: a MIG card offers a slot per instance at least, and
-// every other card exactly the configured shares.
-func TestAMIGCardOffersAtLeastASlotPerInstance(t *testing.T) {
+// instance goes to one container: a card in MIG mode offers, from the start, a slot for
+// every instance its profile table allows on one card (7 on the H100 and A100, 4 on a
+// four-slice card), whatever it holds now; every other card, MIG-capable or not,
+// offers exactly the configured shares.
+func TestAMIGCardOffersASlotForEveryInstanceItsProfilesAllow(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		shares int
-		want   []int
+		want   []int // H100 with 3 instances, empty A100, empty 4-slice card, MIG-capable card out of MIG mode, plain card
 	}{
-		{"one share per card grows to the three instances of the first card", 1, []int{3, 1, 1}},
-		{"more shares than instances stay as configured", 10, []int{10, 10, 10}},
+		{"one share per card grows to each model's most instances", 1, []int{7, 7, 4, 1, 1}},
+		{"shares between the two maxima grow only the larger tables", 5, []int{7, 7, 5, 5, 5}},
+		{"more shares than any table allows stay as configured", 10, []int{10, 10, 10, 10, 10}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := nvmlfake.MIGCards(nvmlfake.H100SXM5x80GB(), nvmlfake.A100SXM4x40GB())
+			a100 := nvmlfake.A100SXM4x40GB()
+			specs := []nvmlfake.CardSpec{}
+			for _, model := range []nvmlfake.MIGModel{nvmlfake.H100SXM5x80GB(), a100, fourSliceModel()} {
+				specs = append(specs, nvmlfake.CardSpec{Name: model.Name, MemoryMiB: model.MemoryMiB, SMs: model.SMs, MIG: true, MIGModel: &model})
+			}
+			specs = append(specs, nvmlfake.CardSpec{Name: a100.Name, MemoryMiB: a100.MemoryMiB, SMs: a100.SMs, MIGModel: &a100},
+				nvmlfake.CardSpec{Name: "NVIDIA L40S", MemoryMiB: 46068, SMs: 142})
+			m := nvmlfake.NewMachine(specs)
 			for _, in := range []struct {
 				profile string
 				start   int
@@ -149,19 +159,30 @@ func TestAMIGCardOffersAtLeastASlotPerInstance(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			plain := nvmlfake.Cards(1)
 			res, err := Discover(m, Options{Shares: tc.shares})
 			if err != nil {
 				t.Fatal(err)
 			}
-			other, err := Discover(plain, Options{Shares: tc.shares})
-			if err != nil {
-				t.Fatal(err)
+			var got []int
+			for _, d := range res.Devices {
+				got = append(got, d.Card.Shares)
 			}
-			got := []int{res.Devices[0].Card.Shares, res.Devices[1].Card.Shares, other.Devices[0].Card.Shares}
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("shares of the 3-instance MIG card, the empty MIG card and a plain card: %v, want %v", got, tc.want)
+				t.Fatalf("slots per card: %v, want %v", got, tc.want)
+			}
+			if n := len(res.Devices[0].Card.MIGInstances); n != 3 {
+				t.Fatalf("the H100 lists %d instances, want the 3 created", n)
 			}
 		})
 	}
+}
+
+// fourSliceModel is a made-up card whose profile table allows at most 4 instances
+// (four 1g, two 2g or one 4g), so that the slot count is seen to follow the table.
+func fourSliceModel() nvmlfake.MIGModel {
+	return nvmlfake.MIGModel{Name: "Four-slice test card", MemoryMiB: 24576, SMs: 56, Profiles: []nvmlfake.MIGProfile{
+		{ID: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Name: "1g.6gb", Slices: 1, Size: 1, Starts: []int{0, 1, 2, 3}, Instances: 4, MemoryMiB: 5888, SMs: 14},
+		{ID: nvml.GPU_INSTANCE_PROFILE_2_SLICE, Name: "2g.12gb", Slices: 2, Size: 2, Starts: []int{0, 2}, Instances: 2, MemoryMiB: 11904, SMs: 28},
+		{ID: nvml.GPU_INSTANCE_PROFILE_4_SLICE, Name: "4g.24gb", Slices: 4, Size: 4, Starts: []int{0}, Instances: 1, MemoryMiB: 24192, SMs: 56},
+	}}
 }

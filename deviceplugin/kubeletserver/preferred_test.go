@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-gpu/tessera/api"
 
 	"github.com/tessera-gpu/tessera/deviceplugin/cards"
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
@@ -96,6 +99,7 @@ func TestPreferredAllocation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{reg: reg, handler: tc.handler}
+			s.ObserveNode(&corev1.Node{}) // no card cordoned
 			var must []string
 			for _, m := range tc.must {
 				var c, k int
@@ -143,5 +147,22 @@ func TestPreferredAllocationOnDiscoveredDGXA100(t *testing.T) {
 	}
 	if got := cardsOf(reg, ids); got != "4,5,6,7" {
 		t.Fatalf("cards %s, want 4,5,6,7", got)
+	}
+}
+
+// A must-include slot is the kubelet's to keep even on a cordoned card (it is already
+// the pod's); the cordon still keeps the card's partner choice off other cordoned cards.
+func TestAMustIncludeSlotOnACordonedCardIsKept(t *testing.T) {
+	reg := fourCards(t)
+	inv := reg.Inventory()
+	cordons := &api.NodeCordons{Cards: map[string]api.CardCordon{
+		inv.Cards[0].UUID: {Reason: "ECC errors"}, inv.Cards[1].UUID: {Reason: "ECC errors"}}}
+	must := cards.SlotID(inv.Cards[0].UUID, 1)
+	ids, err := PreferWholeCards(inv.WithCordons(cordons), slots(reg), []string{must}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cardsOf(reg, ids); got != "0,2" {
+		t.Fatalf("cards %s, want the must-include card 0 and an uncordoned partner (2)", got)
 	}
 }

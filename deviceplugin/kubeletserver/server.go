@@ -47,6 +47,11 @@ type Options struct {
 	// kubelet's Topology Manager has no preference for the slots (docs/device-plugin.md,
 	// section 10, says why that is the default).
 	ReportNUMA bool
+	// AwaitCordons says that the Node's card cordons will come through ObserveNode:
+	// until the first copy of the Node arrives, the fallback for pods with no
+	// assignment prefers no card, since none is known to be uncordoned. Off, the
+	// fallback takes every card as uncordoned until told otherwise.
+	AwaitCordons bool
 }
 
 // Server is one device plugin endpoint.
@@ -54,6 +59,7 @@ type Server struct {
 	opts    Options
 	reg     *cards.Registry
 	handler Handler
+	cordons cordonView // the node's card cordons, from ObserveNode
 
 	mu   sync.Mutex
 	grpc *grpc.Server
@@ -65,7 +71,7 @@ func New(opts Options, reg *cards.Registry, h Handler) *Server {
 	if opts.WatchInterval <= 0 {
 		opts.WatchInterval = time.Second
 	}
-	return &Server{opts: opts, reg: reg, handler: h}
+	return &Server{opts: opts, reg: reg, handler: h, cordons: cordonView{read: !opts.AwaitCordons}}
 }
 
 func (s *Server) socketPath() string { return filepath.Join(s.opts.PluginDir, s.opts.SocketName) }
