@@ -60,7 +60,10 @@ type Driver struct {
 
 	mu      sync.Mutex
 	cordons *api.NodeCordons
-	fatal   error
+	// unreadable is set while the node's cordon annotation does not decode: every card
+	// then counts as cordoned, as the scheduler and the device plugin read such a node.
+	unreadable bool
+	fatal      error
 }
 
 // New returns a driver that is not started.
@@ -198,8 +201,12 @@ func (d *Driver) Publish(ctx context.Context) error {
 		}
 	}
 	d.mu.Lock()
-	inv = inv.WithCordons(d.cordons)
+	cordons := d.cordons
+	if d.unreadable {
+		cordons = everyCardCordoned(inv, UnreadableCordon)
+	}
 	d.mu.Unlock()
+	inv = inv.WithCordons(cordons)
 	res := Resources(inv, reasons, Options{Pool: d.cfg.NodeName, MinMemoryMiB: d.cfg.MinMemoryMiB})
 	if err := d.helper.PublishResources(ctx, res); err != nil {
 		return fmt.Errorf("dra: publish resources: %w", err)
@@ -209,24 +216,32 @@ func (d *Driver) Publish(ctx context.Context) error {
 }
 
 // nodeChanged reads the node's cordons and asks for a publication when they changed. A
-// cordon annotation that does not decode keeps the cordons last read: dropping them would
-// put cordoned cards back into service on a typo.
+// cordon annotation that does not decode cordons every card until it is fixed or
+// removed: dropping it would put cordoned cards back into service on a typo, and
+// keeping the cordons last read would serve every card after a restart.
 func (d *Driver) nodeChanged(obj any) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return
 	}
 	var c *api.NodeCordons
+	unreadable := false
 	if s, ok := node.Annotations[api.AnnotationCordonedCards]; ok {
 		var err error
 		if c, err = api.DecodeCordons(s); err != nil {
-			klog.ErrorS(err, "Ignoring the node's cordon annotation; keeping the cordons last read", "node", node.Name)
-			return
+			unreadable = true
+		}
+		d.mu.Lock()
+		first := unreadable && !d.unreadable
+		d.mu.Unlock()
+		if first {
+			klog.ErrorS(err, "The node's card cordons do not decode; every card is published cordoned until the annotation is fixed or removed",
+				"node", node.Name, "annotation", api.AnnotationCordonedCards)
 		}
 	}
 	d.mu.Lock()
-	same := sameCordons(d.cordons, c)
-	d.cordons = c
+	same := unreadable == d.unreadable && sameCordons(d.cordons, c)
+	d.cordons, d.unreadable = c, unreadable
 	d.mu.Unlock()
 	if same {
 		return
@@ -235,6 +250,19 @@ func (d *Driver) nodeChanged(obj any) {
 	case d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// UnreadableCordon is the reason of every card's cordon while the node's cordon
+// annotation does not decode.
+const UnreadableCordon = "the node's cordon annotation does not decode"
+
+// everyCardCordoned is inv's cards, each cordoned for reason.
+func everyCardCordoned(inv *api.NodeInventory, reason string) *api.NodeCordons {
+	c := &api.NodeCordons{Version: api.CordonsVersion, Cards: make(map[string]api.CardCordon, len(inv.Cards))}
+	for _, card := range inv.Cards {
+		c.Cards[card.UUID] = api.CardCordon{Reason: reason}
+	}
+	return c
 }
 
 func sameCordons(a, b *api.NodeCordons) bool {
