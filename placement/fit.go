@@ -208,7 +208,7 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 	case c.Cordon != nil:
 		return reject(ReasonCordoned, rejectDetail{kind: detailCordoned, text: c.Cordon.Reason})
 	}
-	if reason, d, refused := checkFilters(c, o); refused {
+	if reason, d, refused := checkFilters(c.UUID, c.Model, o); refused {
 		return reject(reason, d)
 	}
 	// After the pod's own filters: a card in MIG mode that the pod's filters exclude
@@ -249,18 +249,27 @@ func checkCard(c *CardState, used Usage, cr *api.ContainerRequest, o *api.PodOpt
 	return false
 }
 
-// checkFilters applies the pod's card filters (its UUID and GPU type annotations);
-// a MIG request's are the parent card's.
-func checkFilters(c *CardState, o *api.PodOptions) (Reason, rejectDetail, bool) {
+// CardFiltersAllow reports whether the pod's card filters (its UUID and GPU type
+// annotations) let it use the card with this UUID and model: the check every fit
+// applies to every card, for others that must judge a card the same way (the
+// scheduler's choice of a card to re-partition for MIG).
+func CardFiltersAllow(uuid, model string, o *api.PodOptions) bool {
+	_, _, refused := checkFilters(uuid, model, o)
+	return !refused
+}
+
+// checkFilters applies the pod's card filters (its UUID and GPU type annotations) to
+// the card with this UUID and model; a MIG request's are the parent card's.
+func checkFilters(uuid, model string, o *api.PodOptions) (Reason, rejectDetail, bool) {
 	switch {
-	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, c.UUID):
+	case len(o.UUIDInclude) > 0 && !slices.Contains(o.UUIDInclude, uuid):
 		return ReasonUUIDFilter, rejectDetail{kind: detailNotInUUIDs}, true
-	case slices.Contains(o.UUIDExclude, c.UUID):
+	case slices.Contains(o.UUIDExclude, uuid):
 		return ReasonUUIDFilter, rejectDetail{kind: detailInUUIDs}, true
-	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, c.Model):
-		return ReasonTypeFilter, rejectDetail{kind: detailTypeMissing, text: c.Model}, true
-	case containsFold(o.TypeExclude, c.Model):
-		return ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: c.Model}, true
+	case len(o.TypeInclude) > 0 && !containsFold(o.TypeInclude, model):
+		return ReasonTypeFilter, rejectDetail{kind: detailTypeMissing, text: model}, true
+	case containsFold(o.TypeExclude, model):
+		return ReasonTypeFilter, rejectDetail{kind: detailTypeExcluded, text: model}, true
 	}
 	return "", rejectDetail{}, false
 }

@@ -243,7 +243,7 @@ func checkMIGCard(c *CardState, o *api.PodOptions, r *CardReject) bool {
 	case !c.MIG:
 		return reject(ReasonNotMIG, rejectDetail{})
 	}
-	if reason, d, refused := checkFilters(c, o); refused {
+	if reason, d, refused := checkFilters(c.UUID, c.Model, o); refused {
 		return reject(reason, d)
 	}
 	if c.MIGInstances == nil {

@@ -22,7 +22,9 @@ import (
 // 2g.20gb, a profile no card in the cluster has. The scheduler writes a plan for an
 // idle card of gpu-mig, the agent applies it and answers "applied" with the new layout,
 // and both pods run on 2g.20gb instances of that layout, each handed its own MIG device.
-// gpu-e, which does not opt in, keeps its layout.
+// gpu-e, which does not opt in, keeps its layout. A pod asking for a 1g.20gb, whose
+// node selector names gpu-e only, waits beside them: the plan for gpu-mig's card holds
+// no 1g.20gb for it, since it could never run there.
 func TestMIGRepartitionServesPendingProfiles(t *testing.T) {
 	ctx := context.Background()
 	restore, err := cl.ApplyChartRBAC(ctx, nil, "--set", "devicePlugin.config.migRepartition=true")
@@ -54,6 +56,10 @@ func TestMIGRepartitionServesPendingProfiles(t *testing.T) {
 	n := ns(t, "migdyn")
 	defer cleanup(t, n)
 	one := []workload.Container{{Name: "main", Cards: 1}}
+	pinned := workload.Job(n, "pinned", "default", 1, workload.Task{Name: "t", Replicas: 1, Containers: one,
+		Annotations: map[string]string{api.AnnotationMIGProfile: "1g.20gb"}})
+	pinned.Spec.Tasks[0].Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "gpu-e"}
+	submit(t, pinned)
 	submit(t, workload.Job(n, "mid", "default", 2, workload.Task{Name: "t", Replicas: 2, Containers: one,
 		Annotations: map[string]string{api.AnnotationMIGProfile: "2g.20gb"}}))
 	pods, err := workload.WaitPods(ctx, cl.Client, n, "mid", 3*time.Minute, workload.AllPhase(2, corev1.PodRunning))
@@ -102,6 +108,12 @@ func TestMIGRepartitionServesPendingProfiles(t *testing.T) {
 			t.Errorf("MIG device %s given twice", card.MIG)
 		}
 		seen = append(seen, card.MIG)
+	}
+	for _, in := range layout.Cards[st.Card] {
+		if in.Profile == "1g.20gb" {
+			t.Errorf("the re-partitioned card %s holds a 1g.20gb, which only a pod that may not run on %s asks for: %+v", st.Card,
+				node.Name, layout.Cards[st.Card])
+		}
 	}
 	if _, ok := after.Annotations[api.AnnotationMIGPlan]; ok {
 		// The scheduler removes an answered plan; allow it a few sessions.

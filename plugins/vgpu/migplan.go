@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"volcano.sh/apis/pkg/apis/scheduling"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
@@ -180,7 +182,7 @@ func (b migBlock) apply(c *placement.CardState) {
 // migNodeOf is the chooser's view of one node's cards in MIG mode.
 // A cordoned node's free instances are no supply: no pod goes there.
 func migNodeOf(n *placement.Node, st migNodePlan, busy, cordoned bool, now time.Time) migNodeView {
-	v := migNodeView{Name: n.Name, OptedIn: st.optedIn, Busy: busy}
+	v := migNodeView{Name: n.Name, Node: st.node, OptedIn: st.optedIn, Busy: busy}
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		if !c.MIG {
@@ -212,8 +214,9 @@ func migNodeOf(n *placement.Node, st migNodePlan, busy, cordoned bool, now time.
 
 // pendingMIGDemand lists the MIG instances pending, schedulable pods of admitted jobs
 // (PodGroup past Pending) ask for: highest job priority first, then oldest, one entry
-// per instance.
+// per instance, each with where its pod may go.
 func (p *vgpuPlugin) pendingMIGDemand(ssn *framework.Session) []migDemand {
+	limits := migLimitsBook{}
 	type pending struct {
 		prio    int32
 		created time.Time
@@ -234,9 +237,10 @@ func (p *vgpuPlugin) pendingMIGDemand(ssn *framework.Session) []migDemand {
 				continue
 			}
 			pd := pending{prio: job.Priority, created: task.Pod.CreationTimestamp.Time, key: task.Namespace + "/" + task.Name}
+			where := limits.of(task.Pod, &r.Req.Options)
 			for _, c := range r.Req.Containers {
 				for k := 0; k < c.Cards; k++ {
-					pd.d = append(pd.d, migDemand{Profile: r.Req.Options.MIGProfile, Job: string(job.UID), Pod: pd.key})
+					pd.d = append(pd.d, migDemand{Profile: r.Req.Options.MIGProfile, Job: string(job.UID), Pod: pd.key, Where: where})
 				}
 			}
 			all = append(all, pd)
@@ -257,6 +261,40 @@ func (p *vgpuPlugin) pendingMIGDemand(ssn *framework.Session) []migDemand {
 		out = append(out, pd.d...)
 	}
 	return out
+}
+
+// migLimitsBook hands out one migPodLimits per distinct set of limits, for one
+// session's demand.
+type migLimitsBook map[string]*migPodLimits
+
+// of returns where the pod may go; nil for a pod without node selector, required
+// node affinity, tolerations or card filters.
+func (b migLimitsBook) of(pod *corev1.Pod, o *api.PodOptions) *migPodLimits {
+	var required *corev1.NodeSelector
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	filters := api.PodOptions{TypeInclude: o.TypeInclude, TypeExclude: o.TypeExclude, UUIDInclude: o.UUIDInclude, UUIDExclude: o.UUIDExclude}
+	if len(pod.Spec.NodeSelector) == 0 && required == nil && len(pod.Spec.Tolerations) == 0 &&
+		len(filters.TypeInclude)+len(filters.TypeExclude)+len(filters.UUIDInclude)+len(filters.UUIDExclude) == 0 {
+		return nil
+	}
+	// encoding/json writes map keys sorted: equal limits give equal keys.
+	key, err := json.Marshal(struct {
+		Selector                       map[string]string
+		Required                       *corev1.NodeSelector
+		Tolerations                    []corev1.Toleration
+		Types, NoTypes, UUIDs, NoUUIDs []string
+	}{pod.Spec.NodeSelector, required, pod.Spec.Tolerations, filters.TypeInclude, filters.TypeExclude, filters.UUIDInclude, filters.UUIDExclude})
+	if err != nil {
+		key = []byte(pod.Namespace + "/" + pod.Name) // not shared, still right
+	}
+	if l, ok := b[string(key)]; ok {
+		return l
+	}
+	l := &migPodLimits{Affinity: nodeaffinity.GetRequiredNodeAffinity(pod), Tolerations: pod.Spec.Tolerations, Filters: filters}
+	b[string(key)] = l
+	return l
 }
 
 // announceMIGPlan tells each served job's PodGroup that its pods wait for the plan.
