@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 )
 
@@ -116,21 +117,37 @@ func decodeQueues(raw []byte, memory, cores corev1.ResourceName) ([]QueueSpec, e
 	return out, nil
 }
 
+// ShareCards is what the plugin's queue shares charge pods by (fairshare.Cards): the
+// mean card's memory refMiB, for a percentage asked before the card is chosen, and
+// each card's schedulable memory by UUID, for the cards an idle-only pod holds whole.
+func ShareCards(refMiB int64, oversub float64, capacityMiB map[string]int64) fairshare.Cards {
+	return fairshare.Cards{RefMiB: refMiB, WholeMiB: int64(float64(refMiB) * max(1, oversub)),
+		CapacityMiB: func(uuid string) (int64, bool) {
+			mib, ok := capacityMiB[uuid]
+			return mib, ok
+		}}
+}
+
 // queueViews divides the schedulable cards among the snapshot's queues by the
 // plugin's rules (healthy, non-MIG cards of nodes that are not cordoned; demand is
-// what a queue's bound vGPU pods hold plus what its pending ones ask).
+// what a queue's bound vGPU pods hold plus what its pending ones ask, an idle-only
+// pod's cards whole).
 func (s *Snapshot) queueViews() map[string]*QueueView {
 	if len(s.Queues) == 0 {
 		return nil
 	}
 	var total fairshare.Amount
 	var physical, cards int64
+	capacity := map[string]int64{}
 	for _, st := range s.nodeStates() {
-		if st.engine == nil || st.node.Spec.Unschedulable {
+		if st.engine == nil {
 			continue
 		}
 		for _, c := range st.engine.Cards {
-			if c.Healthy && !c.MIG {
+			if !c.MIG {
+				capacity[c.UUID] = c.CapacityMiB
+			}
+			if c.Healthy && !c.MIG && !st.node.Spec.Unschedulable {
 				total.MemoryMiB += float64(c.CapacityMiB)
 				total.Cores += 100
 				physical += c.MemoryMiB
@@ -142,6 +159,7 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 	if cards > 0 {
 		refMiB = physical / cards
 	}
+	charge := ShareCards(refMiB, s.Args.MemoryOversubscription, capacity)
 	views := map[string]*QueueView{}
 	loads := map[string]*queueLoad{}
 	var weight int32
@@ -158,13 +176,13 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 		}
 		if p.Spec.NodeName != "" {
 			if cs, _, ok, err := s.podAssignment(p); ok && err == nil {
-				l.held = l.held.Add(fairshare.Assigned(cs))
+				l.held = l.held.Add(charge.Assigned(cs, api.HoldsIdleOnly(p.Annotations)))
 				l.bound++
 			}
 			continue
 		}
 		if req, err := s.request(p); err == nil {
-			l.asked = l.asked.Add(fairshare.Requested(req.Containers, refMiB))
+			l.asked = l.asked.Add(charge.Requested(req.Containers, req.Tenancy().IdleOnly))
 		}
 	}
 	claims := make([]fairshare.Claim, len(s.Queues))

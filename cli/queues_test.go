@@ -89,3 +89,41 @@ func TestDecodeQueues(t *testing.T) {
 		t.Error("a malformed queue list was accepted")
 	}
 }
+
+// TestExplainChargesIdleOnlyPodsWholeCards: as the scheduler does (fairshare.Cards),
+// explain charges a pod that asked for idle cards only each card whole. Queue greedy's
+// running idle-only pod asked 1 MiB and 1% and holds card 0 of gpu-a; its pending one
+// asks the same. Both count for a whole A100 (40960 MiB, 100 cores): greedy holds 100
+// cores of the 100 it deserves beside fair's pending whole card, so it is at its share.
+func TestExplainChargesIdleOnlyPodsWholeCards(t *testing.T) {
+	idle := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+		return p
+	}
+	snap := &Snapshot{Args: pluginargs.Defaults(), Now: now,
+		Queues: []QueueSpec{{Name: "greedy", Weight: 1, Capability: fairshare.Unlimited}, {Name: "fair", Weight: 1, Capability: fairshare.Unlimited}},
+		Nodes: []corev1.Node{*tesseraNode(t, "gpu-a", now, card("GPU-a0", 0, "NVIDIA A100-SXM4-40GB", 40960),
+			card("GPU-a1", 1, "NVIDIA A100-SXM4-40GB", 40960))}}
+	held := placed(t, idle(vgpuPod("lab", "tiny", "greedy", 1, 1, 1)), "gpu-a", api.QoSFixedShare, api.HandoffDone,
+		api.CardAssignment{UUID: "GPU-a0", MemoryMiB: 1, Cores: 1})
+	more := idle(vgpuPod("lab", "more", "greedy", 1, 1, 1))
+	snap.Pods = []corev1.Pod{*held, *more, *vgpuPod("lab", "whole", "fair", 1, 40960, 100)}
+	q := snap.Explain(more).Queue
+	if q == nil {
+		t.Fatal("explain has no queue view")
+	}
+	whole := Amount{MemoryMiB: 40960, Cores: 100}
+	if q.Held != whole || q.Asked != whole {
+		t.Errorf("greedy holds %+v and asks %+v, want a whole card each (%+v)", q.Held, q.Asked, whole)
+	}
+	if q.Deserved.Cores != 100 || q.Below {
+		t.Errorf("greedy deserves %+v (below %v), want 100 cores and at its share", q.Deserved, q.Below)
+	}
+	// The same pods without idle-only are charged what they ask.
+	delete(held.Annotations, api.AnnotationCardPolicy)
+	delete(more.Annotations, api.AnnotationCardPolicy)
+	snap.Pods = []corev1.Pod{*held, *more, *vgpuPod("lab", "whole", "fair", 1, 40960, 100)}
+	if q := snap.Explain(more).Queue; q.Held != (Amount{MemoryMiB: 1, Cores: 1}) || q.Asked != (Amount{MemoryMiB: 1, Cores: 1}) || !q.Below {
+		t.Errorf("shared: greedy holds %+v, asks %+v (below %v), want 1 MiB and 1 core each, below its share", q.Held, q.Asked, q.Below)
+	}
+}

@@ -111,7 +111,7 @@ func decodeQueues(objs []*unstructured.Unstructured, args pluginargs.Args) []que
 // queueShares divides the schedulable cards among the queues by the plugin's rules:
 // healthy, non-MIG cards of ready nodes that are not cordoned; a queue's demand is
 // what its bound vGPU pods hold plus what its pending ones ask, a memory percentage
-// costed on a card of the mean size.
+// costed on a card of the mean size and an idle-only pod's cards whole.
 func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []QueueShare {
 	if len(queues) == 0 {
 		return []QueueShare{}
@@ -122,12 +122,13 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 	}
 	var total fairshare.Amount
 	var physical, cards int64
+	capacity := map[string]int64{}
 	for _, n := range nodes {
-		if n.Status != cli.StatusReady || cordoned[n.Name] {
-			continue
-		}
 		for _, c := range n.Cards {
-			if c.Healthy && !c.MIG {
+			if !c.MIG {
+				capacity[c.UUID] = c.CapacityMiB
+			}
+			if n.Status == cli.StatusReady && !cordoned[n.Name] && c.Healthy && !c.MIG {
 				total = total.Add(fairshare.Amount{MemoryMiB: float64(c.CapacityMiB), Cores: 100})
 				physical += c.MemoryMiB
 				cards++
@@ -138,6 +139,7 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 	if cards > 0 {
 		refMiB = physical / cards
 	}
+	charge := cli.ShareCards(refMiB, snap.Args.MemoryOversubscription, capacity)
 	held := map[string]fairshare.Amount{}
 	asked := map[string]fairshare.Amount{}
 	shares := make([]QueueShare, len(queues))
@@ -158,7 +160,7 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 		}
 		if p.Spec.NodeName != "" {
 			if cs, _, ok, err := (*api.Decoders)(nil).PodCards(p, snap.Args.Resources); ok && err == nil {
-				held[name] = held[name].Add(fairshare.Assigned(cs))
+				held[name] = held[name].Add(charge.Assigned(cs, api.HoldsIdleOnly(p.Annotations)))
 				s.Running++
 			}
 			continue
@@ -166,7 +168,7 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 		if waiting(p) {
 			s.Waiting++
 			if req, err := snap.Args.Request(p); err == nil {
-				asked[name] = asked[name].Add(fairshare.Requested(req.Containers, refMiB))
+				asked[name] = asked[name].Add(charge.Requested(req.Containers, req.Tenancy().IdleOnly))
 			}
 		}
 	}

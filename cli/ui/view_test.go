@@ -151,3 +151,46 @@ func TestBoundAndCPUOnlyPodsAreNotPending(t *testing.T) {
 		t.Errorf("pending %+v, want notebook alone, asking main: 1 × 40960 MiB, 100%% cores", v.Pending)
 	}
 }
+
+// The page charges an idle-only pod each card whole, as explain and the scheduler do:
+// a running idle-only pod that asked 1 MiB and 1% holds a whole A100.
+func TestQueueSharesChargeIdleOnlyPodsWholeCards(t *testing.T) {
+	in := &contents{queues: []*unstructured.Unstructured{volcanoQueue("greedy", 1, nil), volcanoQueue("fair", 1, nil)},
+		nodes: []*corev1.Node{gpuNode(t, "gpu-a", card("GPU-a0", 0), card("GPU-a1", 1))}}
+	tiny := vgpuPod("lab", "tiny", "greedy", "tiny-pg", 1, 1, 1)
+	tiny.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+	more := vgpuPod("lab", "more", "greedy", "more-pg", 1, 1, 1)
+	more.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+	in.pods = []*corev1.Pod{placed(t, tiny, "gpu-a", api.CardAssignment{UUID: "GPU-a0", MemoryMiB: 1, Cores: 1}), more,
+		vgpuPod("lab", "whole", "fair", "whole-pg", 1, 40960, 100)}
+	args := pluginargs.Defaults()
+	v := buildView(in, args, time.Now(), nil)
+	var greedy *QueueShare
+	for i := range v.Queues {
+		if v.Queues[i].Queue == "greedy" {
+			greedy = &v.Queues[i]
+		}
+	}
+	whole := Amount{MemoryMiB: 40960, Cores: 100}
+	if greedy == nil || greedy.Held != whole || greedy.Asked != whole || greedy.Deserved.Cores != 100 || greedy.Below {
+		t.Fatalf("greedy: %+v, want held and asked a whole card each (%+v), 100 cores deserved, at its share", greedy, whole)
+	}
+
+	snap := &cli.Snapshot{Args: args, Now: time.Now()}
+	for _, n := range in.nodes {
+		snap.Nodes = append(snap.Nodes, *n)
+	}
+	for _, p := range in.pods {
+		snap.Pods = append(snap.Pods, *p)
+	}
+	for _, q := range decodeQueues(in.queues, args) {
+		snap.Queues = append(snap.Queues, q.spec)
+	}
+	explained := snap.Explain(snap.FindPod("lab", "more")).Queue
+	if explained == nil {
+		t.Fatal("explain has no queue view")
+	}
+	if got := (Amount{MemoryMiB: explained.Held.MemoryMiB, Cores: explained.Held.Cores}); got != greedy.Held {
+		t.Errorf("explain says greedy holds %+v, the page %+v", got, greedy.Held)
+	}
+}

@@ -182,14 +182,14 @@ func TestCost(t *testing.T) {
 		{Name: "b", Cards: 1, MemoryPercent: 50, Cores: 0},
 		{Name: "c", Cards: 1, MemoryPercent: 1, Cores: 100},
 	}
-	if got, want := Requested(req, 40000), (Amount{MemoryMiB: 2000 + 20000 + 400, Cores: 160}); got != want {
+	if got, want := (Cards{RefMiB: 40000}).Requested(req, false), (Amount{MemoryMiB: 2000 + 20000 + 400, Cores: 160}); got != want {
 		t.Errorf("Requested = %v, want %v", got, want)
 	}
-	if got := Requested([]api.ContainerRequest{{Cards: 1, MemoryPercent: 10}}, 0); got.MemoryMiB != 1 {
+	if got := (Cards{}).Requested([]api.ContainerRequest{{Cards: 1, MemoryPercent: 10}}, false); got.MemoryMiB != 1 {
 		t.Errorf("a percentage with no known card size costs %v MiB, want the 1 MiB floor", got.MemoryMiB)
 	}
 	as := []api.ContainerAssignment{{Name: "a", Cards: []api.CardAssignment{{UUID: "x", MemoryMiB: 500, Cores: 20}, {UUID: "y", MemoryMiB: 700, Cores: 20}}}}
-	if got, want := Assigned(as), (Amount{MemoryMiB: 1200, Cores: 40}); got != want {
+	if got, want := (Cards{}).Assigned(as, false), (Amount{MemoryMiB: 1200, Cores: 40}); got != want {
 		t.Errorf("Assigned = %v, want %v", got, want)
 	}
 }
@@ -224,12 +224,88 @@ func TestSpareLeavesOtherQueuesTheirEntitlement(t *testing.T) {
 // cards beside them count.
 func TestMIGInstancesCostNothingInTheQueueShares(t *testing.T) {
 	req := []api.ContainerRequest{{Cards: 2, MemoryPercent: 100, Cores: 100, MIGProfile: "3g.40gb"}, {Cards: 1, MemoryMiB: 1000, Cores: 20}}
-	if got, want := Requested(req, 81920), (Amount{MemoryMiB: 1000, Cores: 20}); got != want {
-		t.Errorf("Requested = %v, want %v (the MIG container free)", got, want)
-	}
+	cards := Cards{RefMiB: 81920, WholeMiB: 81920, CapacityMiB: capacities(map[string]int64{"GPU-a": 81920, "GPU-b": 81920})}
 	held := []api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 40320, Cores: 100, MIG: "MIG-a"},
 		{UUID: "GPU-b", MemoryMiB: 1000, Cores: 20}}}}
-	if got, want := Assigned(held), (Amount{MemoryMiB: 1000, Cores: 20}); got != want {
-		t.Errorf("Assigned = %v, want %v (the instance free)", got, want)
+	for _, idleOnly := range []bool{false, true} {
+		// An idle-only pod's MIG instance is free as well; its other card is whole.
+		wantReq, wantHeld := Amount{MemoryMiB: 1000, Cores: 20}, Amount{MemoryMiB: 1000, Cores: 20}
+		if idleOnly {
+			wantReq, wantHeld = Amount{MemoryMiB: 81920, Cores: 100}, Amount{MemoryMiB: 81920, Cores: 100}
+		}
+		if got := cards.Requested(req, idleOnly); got != wantReq {
+			t.Errorf("idle-only %t: Requested = %v, want %v (the MIG container free)", idleOnly, got, wantReq)
+		}
+		if got := cards.Assigned(held, idleOnly); got != wantHeld {
+			t.Errorf("idle-only %t: Assigned = %v, want %v (the instance free)", idleOnly, got, wantHeld)
+		}
+	}
+}
+
+func capacities(m map[string]int64) func(string) (int64, bool) {
+	return func(uuid string) (int64, bool) {
+		mib, ok := m[uuid]
+		return mib, ok
+	}
+}
+
+// A pod that asks for idle cards only holds each of its cards alone, so it is charged
+// each whole, whatever it asked: the same tiny request shared is charged what it asks.
+func TestIdleOnlyPodsAreChargedWholeCards(t *testing.T) {
+	cards := Cards{RefMiB: 40960, WholeMiB: 81920, // oversubscription 2
+		CapacityMiB: capacities(map[string]int64{"GPU-0": 81920, "GPU-1": 81920, "GPU-big": 163840})}
+	pending := []struct {
+		name string
+		req  []api.ContainerRequest
+		idle bool
+		want Amount
+	}{
+		{"a tiny shared request costs what it asks", []api.ContainerRequest{{Cards: 2, MemoryMiB: 1, Cores: 1}}, false,
+			Amount{MemoryMiB: 2, Cores: 2}},
+		{"the same request idle-only costs two whole reference cards", []api.ContainerRequest{{Cards: 2, MemoryMiB: 1, Cores: 1}}, true,
+			Amount{MemoryMiB: 2 * 81920, Cores: 200}},
+		{"a percentage idle-only costs whole reference cards", []api.ContainerRequest{{Cards: 1, MemoryPercent: 10}}, true,
+			Amount{MemoryMiB: 81920, Cores: 100}},
+		{"an idle-only ask above the reference card costs what it asks, with every core",
+			[]api.ContainerRequest{{Cards: 1, MemoryMiB: 100000, Cores: 10}}, true, Amount{MemoryMiB: 100000, Cores: 100}},
+		{"each container's cards count before they are chosen",
+			[]api.ContainerRequest{{Cards: 1, MemoryMiB: 10, Cores: 10}, {Cards: 1, MemoryMiB: 10, Cores: 10}}, true,
+			Amount{MemoryMiB: 2 * 81920, Cores: 200}},
+	}
+	for _, tc := range pending {
+		if got := cards.Requested(tc.req, tc.idle); got != tc.want {
+			t.Errorf("%s: Requested = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	placed := []struct {
+		name string
+		cs   []api.ContainerAssignment
+		idle bool
+		want Amount
+	}{
+		{"shared: what was assigned", []api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-0", MemoryMiB: 1, Cores: 1}}}}, false,
+			Amount{MemoryMiB: 1, Cores: 1}},
+		{"idle-only: the card's schedulable memory and every core",
+			[]api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-0", MemoryMiB: 1, Cores: 1}}}}, true,
+			Amount{MemoryMiB: 81920, Cores: 100}},
+		{"idle-only: two containers on one card pay for it once, a card of its own size on another",
+			[]api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-0", MemoryMiB: 1, Cores: 1}}},
+				{Cards: []api.CardAssignment{{UUID: "GPU-0", MemoryMiB: 5, Cores: 5}, {UUID: "GPU-big", MemoryMiB: 5, Cores: 5}}}}, true,
+			Amount{MemoryMiB: 81920 + 163840, Cores: 200}},
+		{"idle-only on a card the book does not know: a reference card",
+			[]api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-gone", MemoryMiB: 1, Cores: 1}}}}, true,
+			Amount{MemoryMiB: 81920, Cores: 100}},
+		{"idle-only never less than was assigned",
+			[]api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-gone", MemoryMiB: 90000, Cores: 1}}}}, true,
+			Amount{MemoryMiB: 90000, Cores: 100}},
+	}
+	for _, tc := range placed {
+		if got := cards.Assigned(tc.cs, tc.idle); got != tc.want {
+			t.Errorf("%s: Assigned = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Without sizes (Cards{}), an idle-only pod still pays every core of each card.
+	if got, want := (Cards{}).Assigned(placed[1].cs, true), (Amount{MemoryMiB: 1, Cores: 100}); got != want {
+		t.Errorf("without card sizes: Assigned = %v, want %v", got, want)
 	}
 }

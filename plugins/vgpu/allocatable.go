@@ -32,7 +32,7 @@ func (p *vgpuPlugin) allocatable(queue *vapi.QueueInfo, task *vapi.TaskInfo) boo
 	if p.shares == nil {
 		return true
 	}
-	return p.withinShare(queue, task, p.shares.Cost(tr.Req.Containers), &tr.Refused)
+	return p.withinShare(queue, task, p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly), &tr.Refused)
 }
 
 // withinShare asks the queue share whether the task's queue may place cost, and

@@ -49,7 +49,7 @@ func (p *vgpuPlugin) devicePluginGangEnqueueable(job *vapi.JobInfo) int {
 	if p.shares != nil {
 		cost = make([]fairshare.Amount, len(reqs))
 		for i, tr := range reqs {
-			cost[i] = p.shares.Cost(tr.Req.Containers)
+			cost[i] = p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly)
 		}
 		why = p.shares.BeyondCapability(job.Queue, cost, need)
 	}

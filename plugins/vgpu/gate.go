@@ -186,7 +186,7 @@ func (c *gateCharges) ungatedPending() {
 				continue
 			}
 			if tr := c.p.request(t); tr != nil && tr.Err == nil {
-				c.admit(job.Queue, t.UID, c.p.shares.Cost(tr.Req.Containers))
+				c.admit(job.Queue, t.UID, c.p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly))
 			}
 		}
 	}
@@ -206,7 +206,7 @@ func (c *gateCharges) gang(g gatedJob) ([]*vapi.TaskInfo, string) {
 		if tr.Err != nil {
 			return g.tasks, ""
 		}
-		members = append(members, member{t, c.p.shares.Cost(tr.Req.Containers)})
+		members = append(members, member{t, c.p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly)})
 	}
 	// Cheapest first, as enqueue judges a gang's minimum.
 	sort.SliceStable(members, func(i, j int) bool { return fairshare.Smaller(members[i].cost, members[j].cost) })

@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -72,9 +73,16 @@ func TestAnIdleOnlyPodTakesOnlyIdleCards(t *testing.T) {
 // The other way round: no pod joins a card an idle-only pod holds, whether it runs
 // there already or was placed earlier in the same session.
 func TestNoPodJoinsAnIdleOnlyPodsCard(t *testing.T) {
-	utc := &uthelper.TestCommonStruct{Nodes: []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)}, Queues: queues(),
-		PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1)}, Pods: []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, nil)}}
-	grouped(utc, asIdleOnly(runningOn("mutex", "n1", api.QoSFixedShare, "GPU-n1-0")))
+	// The idle-only pod is another queue's: in q1's own, it would hold the whole
+	// cluster and q1 would be at its share (the card charged whole, fairshare.Cards),
+	// which is said before the card is.
+	utc := &uthelper.TestCommonStruct{Nodes: []*corev1.Node{gpuNode("n1", 1, "NVIDIA A100", 40960)},
+		Queues:    append(queues(), util.BuildQueue("other", 1, nil)),
+		PodGroups: []*schedulingv1.PodGroup{podGroup("pg", 1), util.BuildPodGroup("pg-mutex", "ns", "other", 1, nil, schedulingv1.PodGroupRunning)},
+		Pods:      []*corev1.Pod{vgpuPod("p", "pg", 1, 1000, 10, nil)}}
+	held := asIdleOnly(runningOn("mutex", "n1", api.QoSFixedShare, "GPU-n1-0"))
+	held.Annotations[schedulingv1.KubeGroupNameAnnotationKey] = "pg-mutex"
+	utc.Pods = append(utc.Pods, held)
 	ssn, _ := session(t, utc, true, nil)
 	if a := taskAssignments(t, ssn)["p"]; a != nil {
 		t.Fatalf("placed beside the idle-only pod: %+v", a)
@@ -230,5 +238,107 @@ func TestReclaimTakesAnIdleOnlyCardOnlyByEvictingItsHolder(t *testing.T) {
 	}
 	if a := taskAssignments(t, ssn); a["b-0"] != nil || a["b-1"] != nil {
 		t.Fatalf("queue b was allocated beside the idle-only pod: %+v", a)
+	}
+}
+
+// tinyIdleOnly is a running pod of job pg that asked 1 MiB and 1% of one card with
+// idle cards only, and holds card on node.
+func tinyIdleOnly(name, pg, node, card string) *corev1.Pod {
+	p := vgpuPod(name, pg, 1, 1, 1, idleOnly)
+	p.Spec.NodeName = node
+	p.Status.Phase = corev1.PodRunning
+	p.Annotations[api.AnnotationAssignment] = fmt.Sprintf(
+		`{"version":"v1","node":%q,"qos":"fixed-share","containers":[{"name":"main","cards":[{"uuid":%q,"memoryMiB":1,"cores":1}]}]}`,
+		node, card)
+	return p
+}
+
+// An idle-only pod holds its cards whole, so its queue is charged them whole: a queue
+// at its share cannot grow by asking 1 MiB and 1% of a card with idle cards only.
+// greedy and fair (weight 1 each) share four cards; greedy's two running idle-only pods
+// hold two and it asks for six more, fair asks for three whole cards. Charged what they
+// asked, greedy's pods would count for a few MiB and cores, greedy would deserve all it
+// asks and take idle cards whenever the queue order reached it (its share looking
+// barely touched). Charged whole cards, each queue deserves two cards: greedy is at its
+// share and waits, saying so, and fair gets the two idle cards.
+func TestTinyIdleOnlyPodsDoNotGrowAQueuePastItsShare(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:  []*corev1.Node{gpuNode("n1", 4, "NVIDIA A100", 40960)},
+		Queues: []*schedulingv1.Queue{util.BuildQueue("greedy", 1, nil), util.BuildQueue("fair", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-held", "ns", "greedy", 1, nil, schedulingv1.PodGroupRunning),
+			util.BuildPodGroup("pg-greedy", "ns", "greedy", 1, nil, schedulingv1.PodGroupInqueue),
+			util.BuildPodGroup("pg-fair", "ns", "fair", 1, nil, schedulingv1.PodGroupInqueue)},
+		Pods: []*corev1.Pod{tinyIdleOnly("held-0", "pg-held", "n1", "GPU-n1-0"), tinyIdleOnly("held-1", "pg-held", "n1", "GPU-n1-1")},
+	}
+	for i := 0; i < 6; i++ {
+		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("greedy-%d", i), "pg-greedy", 1, 1, 1, idleOnly))
+	}
+	for i := 0; i < 3; i++ {
+		tc.Pods = append(tc.Pods, vgpuPod(fmt.Sprintf("fair-%d", i), "pg-fair", 1, 40960, 100, nil))
+	}
+	ssn, p := session(t, tc, true, nil)
+	got := placedPerQueue(t, ssn)
+	if got["held"] != 2 || got["greedy"] != 0 || got["fair"] != 2 {
+		t.Fatalf("pods holding cards by name %v, want greedy's 2 running (held), fair's 2 and none of greedy's new ones", got)
+	}
+	var greedy *struct{ held, deserved float64 }
+	for _, q := range p.shares.Standings() {
+		if q.Name == "greedy" {
+			greedy = &struct{ held, deserved float64 }{q.Allocated.Cores, q.Deserved.Cores}
+			if q.Allocated.MemoryMiB != 2*40960 {
+				t.Errorf("greedy is charged %v MiB, want its two cards whole (%d)", q.Allocated.MemoryMiB, 2*40960)
+			}
+		}
+	}
+	if greedy == nil || greedy.held != 200 || greedy.deserved != 200 {
+		t.Errorf("greedy holds and deserves %+v cores, want 200 and 200 (two whole cards)", greedy)
+	}
+	var reason string
+	for _, job := range ssn.Jobs {
+		for _, fe := range job.NodesFitErrors {
+			reason += fe.Error()
+		}
+	}
+	if !strings.Contains(reason, "queue greedy is at its share") {
+		t.Errorf("greedy's waiting pods say %q, want the queue share's reason", reason)
+	}
+}
+
+// Reclaim counts an idle-only pod's card whole. greedy's job (minimum 1) has two
+// running idle-only pods that asked 1 MiB and 1% each and hold both cards of n1; fair
+// has one pod pending for a share of a card. Charged what it asked, greedy would hold
+// 2 cores and deserve them: not above its share, nothing reclaimed, fair waiting for
+// ever. Charged whole cards, greedy holds 200 cores where it deserves 170 (fair asks
+// 30), so one of its pods is reclaimed for fair.
+func TestReclaimCountsAnIdleOnlyPodsWholeCard(t *testing.T) {
+	tc := &uthelper.TestCommonStruct{
+		Nodes:  []*corev1.Node{gpuNode("n1", 2, "NVIDIA A100", 40960)},
+		Queues: []*schedulingv1.Queue{util.BuildQueue("greedy", 1, nil), util.BuildQueue("fair", 1, nil)},
+		PodGroups: []*schedulingv1.PodGroup{util.BuildPodGroup("pg-greedy", "ns", "greedy", 1, nil, schedulingv1.PodGroupRunning),
+			util.BuildPodGroup("pg-fair", "ns", "fair", 1, nil, schedulingv1.PodGroupInqueue)},
+		Pods: []*corev1.Pod{tinyIdleOnly("greedy-0", "pg-greedy", "n1", "GPU-n1-0"), tinyIdleOnly("greedy-1", "pg-greedy", "n1", "GPU-n1-1"),
+			vgpuPod("fair-0", "pg-fair", 1, 10000, 30, nil)},
+	}
+	ssn, got := runEvict(t, tc, allocate.New(), reclaim.New())
+	if len(got) != 1 || !strings.HasPrefix(got[0], "ns/greedy-") {
+		t.Fatalf("evicted %v, want one of greedy's idle-only pods", got)
+	}
+	if a := taskAssignments(t, ssn)["fair-0"]; a != nil {
+		t.Fatalf("fair-0 was allocated %+v beside the idle-only pods", a)
+	}
+}
+
+// Of two victims either of which frees room for the preemptor, the one that takes less
+// away goes: an idle-only pod that asked 20000 MiB and 10% holds its card whole (40960
+// MiB, 100 cores), so the shared pod of 20000 MiB and 95% is the smaller. Charged what
+// it asked, the idle-only pod would be taken for the smaller and evicted.
+func TestPreemptCountsAnIdleOnlyVictimsWholeCard(t *testing.T) {
+	holders := []holder{{"mutex", "GPU-n1-0", "low", 10, true}, {"low", "GPU-n1-1", "low", 95, false}}
+	ssn, got := runEvict(t, mutexScene(2, holders, nil), allocate.New(), preempt.New())
+	if !slices.Equal(got, []string{"ns/low"}) {
+		t.Fatalf("evicted %v, want ns/low (the idle-only pod holds a whole card)", got)
+	}
+	if a := taskAssignments(t, ssn)["high"]; a != nil {
+		t.Fatalf("high was allocated %+v beside the pods it had to evict", a)
 	}
 }

@@ -1,11 +1,15 @@
 package vgpu
 
 import (
+	"sync"
+
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
+	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
 
@@ -16,7 +20,9 @@ import (
 // buildShares reads every queue's vGPU demand and holdings and divides the cards.
 func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 	total, refMiB := p.ledger.CardTotals()
-	s := shares.New(total, refMiB, p.args.Resources)
+	capacities := &cardCapacities{ledger: p.ledger}
+	s := shares.New(total, fairshare.Cards{RefMiB: refMiB, WholeMiB: int64(float64(refMiB) * p.args.MemoryOversubscription),
+		CapacityMiB: capacities.of}, p.args.Resources)
 	for _, job := range ssn.Jobs {
 		q, ok := ssn.Queues[job.Queue]
 		if !ok {
@@ -28,22 +34,22 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 			}
 			switch {
 			case vapi.AllocatedStatus(task.Status):
-				cs, _, ok, err := p.holdings.Of(task)
+				cs, tenancy, ok, err := p.holdings.Of(task)
 				if !ok || err != nil {
 					continue // the ledger logged it
 				}
-				s.Hold(q, task.UID, fairshare.Assigned(cs))
+				s.Hold(q, task.UID, s.Charge(cs, tenancy.IdleOnly))
 			case task.Status == vapi.Pending:
 				tr := p.request(task)
 				if tr == nil || tr.Err != nil {
 					continue
 				}
-				s.Ask(q, s.Cost(tr.Req.Containers))
+				s.Ask(q, s.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly))
 			}
 		}
 		// Members whose pods the job controller has not created yet ask as well.
 		for _, tr := range p.unseen(job).vgpu {
-			s.Ask(q, s.Cost(tr.Req.Containers))
+			s.Ask(q, s.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly))
 		}
 	}
 	s.Divide()
@@ -70,7 +76,7 @@ func (p *vgpuPlugin) preemptive(queue, task interface{}) bool {
 	}
 	var cost fairshare.Amount
 	if tr := p.request(t); tr != nil && tr.Err == nil {
-		cost = p.shares.Cost(tr.Req.Containers)
+		cost = p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly)
 	} else if c, isDRA := p.claimCost(t); isDRA && tr == nil {
 		cost = c // what its claims ask (draclaims.go)
 	} else {
@@ -110,14 +116,39 @@ func (p *vgpuPlugin) onPlaced(e *framework.Event) {
 	if !ok {
 		return
 	}
-	asked := p.shares.Cost(tr.Req.Containers)
+	idleOnly := tr.Req.Tenancy().IdleOnly
+	asked := p.shares.Cost(tr.Req.Containers, idleOnly)
 	held := asked
 	if containers, booked := p.ledger.Held(task.UID); booked {
-		held = fairshare.Assigned(containers)
+		held = p.shares.Charge(containers, idleOnly)
 	}
 	p.shares.Place(task.UID, job.Queue, held, asked)
 }
 
 func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
 	p.shares.Release(e.Task.UID, e.Task.Status == vapi.Releasing)
+}
+
+// cardCapacities is each card's schedulable memory by UUID, read off the card book
+// the first time a pod that holds its cards alone is charged: most sessions have none
+// and skip the walk over every card. A card's capacity does not change within a
+// session.
+type cardCapacities struct {
+	ledger *book.Ledger
+	once   sync.Once
+	mib    map[string]int64
+}
+
+// of is fairshare.Cards.CapacityMiB; safe from Volcano's parallel workers.
+func (c *cardCapacities) of(uuid string) (int64, bool) {
+	c.once.Do(func() {
+		c.mib = map[string]int64{}
+		c.ledger.EachCard(func(_ string, card *placement.CardState) {
+			if !card.MIG {
+				c.mib[card.UUID] = card.CapacityMiB
+			}
+		})
+	})
+	mib, ok := c.mib[uuid]
+	return mib, ok
 }

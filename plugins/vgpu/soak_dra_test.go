@@ -74,7 +74,7 @@ func TestMixedDRASoak(t *testing.T) {
 	}
 	t.Logf("seeds %v × %d sessions: %+v", seeds, sessions, total)
 	if *draSoakSeed == 0 && (total.DPBound == 0 || total.ClaimsBound == 0 || total.WholeCards == 0 || total.RefusedClaims == 0 ||
-		total.Finished == 0 || total.QueuesChecked == 0 || total.CardBooks == 0) {
+		total.Finished == 0 || total.QueuesChecked == 0 || total.CardBooks == 0 || total.IdleOnlyBound == 0) {
 		t.Errorf("the soak did not place both kinds, refuse a gang of claims, finish pods and check queues holding cards: %+v", total)
 	}
 }
@@ -84,6 +84,8 @@ type draSoakStats struct {
 	// QueuesChecked counts the queue ledgers compared while they held cards,
 	// CardBooks the DRA cards whose booking was compared while claims held them.
 	QueuesChecked, CardBooks int
+	// IdleOnlyBound counts, over the checks, the bound idle-only pods charged whole cards.
+	IdleOnlyBound int
 }
 
 func (s *draSoakStats) add(o draSoakStats) {
@@ -94,6 +96,7 @@ func (s *draSoakStats) add(o draSoakStats) {
 	s.RefusedClaims += o.RefusedClaims
 	s.QueuesChecked += o.QueuesChecked
 	s.CardBooks += o.CardBooks
+	s.IdleOnlyBound += o.IdleOnlyBound
 	s.Finished += o.Finished
 	s.Deleted += o.Deleted
 	s.Evicted += o.Evicted
@@ -191,7 +194,13 @@ func (w *draSoakWorld) addJob() {
 			w.claims[pod] = c
 			w.pods[pod] = claimPod(pod, name, "", pod)
 		} else {
-			w.pods[pod] = vgpuPod(pod, name, int64(1+r.Intn(2)), int64(2048*(1+r.Intn(20))), int64(10*(1+r.Intn(10))), nil)
+			var ann map[string]string
+			if w.next%3 == 0 {
+				// Every third device-plugin gang asks for idle cards only (not drawn from r,
+				// so that the seeds' other choices stay as they were).
+				ann = idleOnly
+			}
+			w.pods[pod] = vgpuPod(pod, name, int64(1+r.Intn(2)), int64(2048*(1+r.Intn(20))), int64(10*(1+r.Intn(10))), ann)
 		}
 		job.pods = append(job.pods, pod)
 	}
@@ -395,10 +404,19 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 		if err != nil || a.Node != pod.Spec.NodeName {
 			return fmt.Sprintf("device-plugin pod %s bound to %s carries assignment %+v (%v)", name, pod.Spec.NodeName, a, err)
 		}
-		for _, ctr := range a.Containers {
-			if !w.evicting[name] {
-				perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(fairshare.Assigned([]api.ContainerAssignment{ctr}))
+		if !w.evicting[name] {
+			// An idle-only pod is charged each of its cards whole, as the scheduler charges it.
+			cards := fairshare.Cards{CapacityMiB: func(uuid string) (int64, bool) {
+				mib, ok := capacity[cardKey{a.Node, uuid}]
+				return mib, ok
+			}}
+			idle := api.HoldsIdleOnly(pod.Annotations)
+			perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(cards.Assigned(a.Containers, idle))
+			if idle {
+				w.stats.IdleOnlyBound++
 			}
+		}
+		for _, ctr := range a.Containers {
 			for _, card := range ctr.Cards {
 				k := cardKey{a.Node, card.UUID}
 				usedMiB[k] += card.MemoryMiB

@@ -5,6 +5,7 @@ import (
 
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
 
+	"github.com/tessera-gpu/tessera/api"
 	"github.com/tessera-gpu/tessera/placement"
 	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/book"
@@ -51,11 +52,11 @@ func (p *vgpuPlugin) pickVictims(evictor *vapi.TaskInfo, tr *book.TaskRequest, n
 		if c.Status != vapi.Running || p.request(c) == nil || !p.evictable(evictor, c) || c.Job == evictor.Job {
 			continue
 		}
-		cs, _, ok, err := p.holdings.Of(c)
+		cs, tenancy, ok, err := p.holdings.Of(c)
 		if !ok || err != nil {
 			continue
 		}
-		useful = append(useful, held{c, fairshare.Assigned(cs)})
+		useful = append(useful, held{c, p.charge(cs, tenancy)})
 	}
 	sort.Slice(useful, func(i, j int) bool {
 		a, b := useful[i], useful[j]
@@ -101,6 +102,17 @@ func (p *vgpuPlugin) pickVictims(evictor *vapi.TaskInfo, tr *book.TaskRequest, n
 		}
 	}
 	return nil, false
+}
+
+// charge is what a victim's cards count for, what evicting it gives back to the
+// queues: an idle-only pod's cards whole (fairshare.Cards.Assigned), so that a pod that
+// asked for 1 MiB and holds a card alone is not taken for the smallest victim. Without
+// the queue share, cards are not sized: such a pod counts 100 cores per card.
+func (p *vgpuPlugin) charge(cs []api.ContainerAssignment, tenancy placement.Tenancy) fairshare.Amount {
+	if p.shares != nil {
+		return p.shares.Charge(cs, tenancy.IdleOnly)
+	}
+	return fairshare.Cards{}.Assigned(cs, tenancy.IdleOnly)
 }
 
 // fitsWithout reports whether the request fits the node's future cards (those

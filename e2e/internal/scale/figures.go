@@ -56,6 +56,9 @@ func Cards(pods []*corev1.Pod, d *api.Decoders, queueOf func(*corev1.Pod) string
 			continue
 		}
 		q := queueOf(p)
+		// As the scheduler charges queues: an idle-only pod pays for its cards whole (every
+		// card of the scale cluster has CardMiB).
+		perQueue[q] = perQueue[q].Add(fairshare.Cards{WholeMiB: CardMiB}.Assigned(cs, api.HoldsIdleOnly(p.Annotations)))
 		for _, c := range cs {
 			for _, card := range c.Cards {
 				l := load[card.UUID]
@@ -67,7 +70,6 @@ func Cards(pods []*corev1.Pod, d *api.Decoders, queueOf func(*corev1.Pod) string
 				l.Cores += card.Cores
 				l.Holders++
 				l.Exclusive = l.Exclusive || card.Cores >= 100
-				perQueue[q] = perQueue[q].Add(fairshare.Amount{MemoryMiB: float64(card.MemoryMiB), Cores: float64(card.Cores)})
 			}
 		}
 	}

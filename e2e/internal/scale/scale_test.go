@@ -240,3 +240,23 @@ func TestQueueGapIsInPointsOfTheCluster(t *testing.T) {
 		t.Fatalf("empty cluster: %v %v", gap, contention)
 	}
 }
+
+// An idle-only pod's queue is charged its card whole, as the scheduler charges it.
+func TestCardsChargesIdleOnlyPodsWholeCards(t *testing.T) {
+	p := pod("tiny", assignment(t, api.CardAssignment{UUID: CardUUID(0, 0), MemoryMiB: 1, Cores: 1}))
+	shared := pod("shared", assignment(t, api.CardAssignment{UUID: CardUUID(0, 1), MemoryMiB: 1, Cores: 1}))
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[api.AnnotationCardPolicy] = string(api.PolicyIdleOnly)
+	_, perQueue, _, err := Cards([]*corev1.Pod{p, shared}, &api.Decoders{}, func(p *corev1.Pod) string { return "q-" + p.Name })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := perQueue["q-tiny"]; got.MemoryMiB != CardMiB || got.Cores != 100 {
+		t.Errorf("the idle-only pod's queue is charged %v, want a whole card (%d MiB, 100 cores)", got, CardMiB)
+	}
+	if got := perQueue["q-shared"]; got.MemoryMiB != 1 || got.Cores != 1 {
+		t.Errorf("the shared pod's queue is charged %v, want what it was assigned", got)
+	}
+}

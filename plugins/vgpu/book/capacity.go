@@ -82,7 +82,7 @@ func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.Card
 // CardTotals sums the schedulable memory and compute of every card that can take
 // vGPU tasks (healthy, not MIG, neither it nor its node cordoned), and the mean card
 // memory: the supply the queue shares divide. Cards in MIG mode add nothing: whole
-// instances are not counted in the queue shares (fairshare.Requested says why).
+// instances are not counted in the queue shares (fairshare.Cards.Requested says why).
 // The cards of DRA nodes that take claims add their memory and 100 cores each; they do
 // not count in the mean either (it costs vGPU requests, which never go there).
 func (l *Ledger) CardTotals() (fairshare.Amount, int64) {

@@ -33,7 +33,7 @@ func cores(c float64) fairshare.Amount { return fairshare.Amount{MemoryMiB: 1000
 // heavy holds 700 (above its share), light 100 (below).
 func contended(t *testing.T) (*Shares, *vapi.QueueInfo, *vapi.QueueInfo) {
 	t.Helper()
-	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, 40960, api.DefaultResourceNames())
+	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, fairshare.Cards{RefMiB: 40960, WholeMiB: 40960}, api.DefaultResourceNames())
 	heavy, light := queueInfo("heavy", 3, 0, 0), queueInfo("light", 1, 0, 0)
 	s.Hold(heavy, "h-1", cores(700))
 	s.Hold(light, "l-1", cores(100))
@@ -78,7 +78,7 @@ func TestWhoMayReclaimAndBeReclaimedFrom(t *testing.T) {
 // A gang's cheapest members are held against the queue's capability (never to be
 // met) and against what it is owed (reclaim may take it back for them).
 func TestGangsAgainstCapabilityAndEntitlement(t *testing.T) {
-	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, 40960, api.DefaultResourceNames())
+	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, fairshare.Cards{RefMiB: 40960, WholeMiB: 40960}, api.DefaultResourceNames())
 	capped, free := queueInfo("capped", 1, 100, 0), queueInfo("free", 1, 0, 0)
 	s.Ask(capped, cores(50))
 	s.Ask(free, cores(50))
@@ -105,7 +105,7 @@ func TestGangsAgainstCapabilityAndEntitlement(t *testing.T) {
 
 // A queue's guarantee of card cores is a floor under its weighted share.
 func TestGuaranteeIsAFloorUnderTheWeight(t *testing.T) {
-	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, 40960, api.DefaultResourceNames())
+	s := New(fairshare.Amount{MemoryMiB: 800000, Cores: 800}, fairshare.Cards{RefMiB: 40960, WholeMiB: 40960}, api.DefaultResourceNames())
 	s.Ask(queueInfo("heavy", 3, 0, 0), cores(800))
 	s.Ask(queueInfo("light", 1, 0, 400), cores(800))
 	s.Divide()

@@ -28,13 +28,13 @@ import (
 // Shares is one session's division of the cluster's card memory and compute among
 // the queues with vGPU tasks. Tasks without vGPU requests are never looked at.
 type Shares struct {
-	// mu guards every field below but total, refMiB and names, which are fixed by
+	// mu guards every field below but total, cards and names, which are fixed by
 	// New: the allocatable and predicate hooks ask on Volcano's parallel workers.
 	mu    sync.RWMutex
 	total fairshare.Amount
-	// refMiB is the mean card memory, to cost a percentage request before its
-	// card is chosen.
-	refMiB int64
+	// cards is what the shares know of the cards, to cost a request before its cards
+	// are chosen and to charge a pod that holds its cards alone the whole of each.
+	cards fairshare.Cards
 	// names are the resources whose capability and guarantee bound a queue.
 	names  api.ResourceNames
 	order  []vapi.QueueID
@@ -78,17 +78,25 @@ type charge struct {
 }
 
 // New returns shares of total, the schedulable card memory and cores, without
-// queues; refMiB is the mean card memory. Queues enter as Hold and Ask name them;
-// Divide then computes what each deserves.
-func New(total fairshare.Amount, refMiB int64, names api.ResourceNames) *Shares {
-	return &Shares{total: total, refMiB: refMiB, names: names, queues: map[vapi.QueueID]*queue{},
+// queues; cards are the cards' sizes that tasks are charged by. Queues enter as Hold
+// and Ask name them; Divide then computes what each deserves.
+func New(total fairshare.Amount, cards fairshare.Cards, names api.ResourceNames) *Shares {
+	return &Shares{total: total, cards: cards, names: names, queues: map[vapi.QueueID]*queue{},
 		charged: map[vapi.TaskID]charge{}, evicted: map[vapi.TaskID]charge{}, claims: map[vapi.TaskID]fairshare.Amount{}}
 }
 
 // Cost is what a request counts for in its queue before its cards are chosen (a
-// percentage of memory costed on a card of the mean size).
-func (s *Shares) Cost(containers []api.ContainerRequest) fairshare.Amount {
-	return fairshare.Requested(containers, s.refMiB)
+// percentage of memory costed on a card of the mean size; a pod that asks for idle
+// cards only (idleOnly, placement.Request.Tenancy), a whole card of the mean size per
+// card).
+func (s *Shares) Cost(containers []api.ContainerRequest, idleOnly bool) fairshare.Amount {
+	return s.cards.Requested(containers, idleOnly)
+}
+
+// Charge is what a placed task's cards count for in its queue: what it was assigned,
+// or each card whole when it holds them alone (idleOnly, placement.Tenancy).
+func (s *Shares) Charge(cs []api.ContainerAssignment, idleOnly bool) fairshare.Amount {
+	return s.cards.Assigned(cs, idleOnly)
 }
 
 // Hold charges a placed task's holding to queue q, at session open.

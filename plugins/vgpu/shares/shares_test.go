@@ -19,7 +19,7 @@ import (
 // its deserved share, as the share is recomputed after every change.
 func TestQueueSharesBookkeeping(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
-	s := New(fairshare.Amount{MemoryMiB: 327680, Cores: 800}, 40960, api.DefaultResourceNames())
+	s := New(fairshare.Amount{MemoryMiB: 327680, Cores: 800}, fairshare.Cards{RefMiB: 40960, WholeMiB: 40960}, api.DefaultResourceNames())
 	for i, w := range []int32{3, 1, 2} {
 		q := &vapi.QueueInfo{UID: vapi.QueueID(fmt.Sprint("q", i)), Name: fmt.Sprint("q", i), Weight: w}
 		s.queue(q).request = fairshare.Amount{MemoryMiB: float64(r.Intn(400000)), Cores: float64(r.Intn(1200))}
@@ -83,7 +83,7 @@ func TestQueueSharesBookkeeping(t *testing.T) {
 // most-served dimension); a queue of another priority, or one without vGPU demand,
 // is left to proportion's order.
 func TestQueueOrderFollowsTheCardShare(t *testing.T) {
-	s := New(fairshare.Amount{MemoryMiB: 1000, Cores: 400}, 40960, api.DefaultResourceNames())
+	s := New(fairshare.Amount{MemoryMiB: 1000, Cores: 400}, fairshare.Cards{RefMiB: 40960, WholeMiB: 40960}, api.DefaultResourceNames())
 	info := func(name string, prio int32) *vapi.QueueInfo {
 		q := &scheduling.Queue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: scheduling.QueueSpec{Weight: 1, Priority: prio}}
 		return &vapi.QueueInfo{UID: vapi.QueueID(name), Name: name, Queue: q}
