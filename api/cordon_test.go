@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/internal/testing/klogtest"
 )
 
 var cordonedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -182,7 +184,7 @@ func TestAnUnreadableCordonRefusesTheNodeWithTheReason(t *testing.T) {
 		{"plain text", `GPU-aaaa`, "tessera.io/cordoned-cards"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := logsOf(t)
+			logs := klogtest.Capture(t, 0)
 			var d Decoders
 			for session := 0; session < 3; session++ {
 				inv, err := d.NodeInventory(cordonNode("gpu-1", tc.value), time.Now(), time.Minute)

@@ -1,11 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-gpu/tessera/internal/testing/klogtest"
 )
 
 func sampleContextReserve() *NodeContextReserve {
@@ -124,28 +123,6 @@ func TestContextReserveTravelsBesideTheInventory(t *testing.T) {
 	}
 }
 
-// logsOf captures klog's output for the rest of the test.
-func logsOf(t *testing.T) *bytes.Buffer {
-	t.Helper()
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "one_output": "true", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var buf bytes.Buffer
-	klog.SetOutput(&buf)
-	t.Cleanup(func() {
-		klog.Flush()
-		klog.SetOutput(os.Stderr)
-		for k, v := range map[string]string{"logtostderr": "true", "one_output": "false", "stderrthreshold": "ERROR"} {
-			_ = fs.Set(k, v)
-		}
-	})
-	return &buf
-}
-
 func reserveNode(name, reserve string) *corev1.Node {
 	inv, _ := EncodeInventory(sampleInventory())
 	ann := map[string]string{AnnotationInventory: inv, AnnotationHeartbeat: time.Now().UTC().Format(time.RFC3339)}
@@ -181,7 +158,7 @@ func TestTheReadersTakeTheReserveFromItsOwnAnnotation(t *testing.T) {
 		{"a value that is no JSON is no reserve, logged", `518`, []int64{0, 0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := logsOf(t)
+			logs := klogtest.Capture(t, 0)
 			node := reserveNode("gpu-1", tc.reserve)
 			var d Decoders
 			for session := 0; session < 3; session++ {
@@ -215,7 +192,7 @@ func TestTheReadersTakeTheReserveFromItsOwnAnnotation(t *testing.T) {
 // Each node with a malformed reserve is logged on its own, and again when its value
 // changes, but a node read every session is not logged every session.
 func TestAMalformedReserveIsLoggedOncePerNode(t *testing.T) {
-	logs := logsOf(t)
+	logs := klogtest.Capture(t, 0)
 	const bad = `{"version":"v1","cards":{"GPU-aaaa":-5}}`
 	var d Decoders
 	for session := 0; session < 4; session++ {

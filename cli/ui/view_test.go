@@ -64,16 +64,7 @@ func TestQueueSharesAgreeWithExplain(t *testing.T) {
 		t.Errorf("research's capability %+v, want -1 (unlimited) in JSON", research.Capability)
 	}
 
-	snap := &cli.Snapshot{Args: args, Now: time.Now()}
-	for _, n := range in.nodes {
-		snap.Nodes = append(snap.Nodes, *n)
-	}
-	for _, p := range in.pods {
-		snap.Pods = append(snap.Pods, *p)
-	}
-	for _, q := range decodeQueues(in.queues, args) {
-		snap.Queues = append(snap.Queues, q.spec)
-	}
+	snap := snapshotOf(in, args)
 	explained := snap.Explain(snap.FindPod("lab", "notebook")).Queue
 	if explained == nil {
 		t.Fatal("explain has no queue view")
@@ -176,6 +167,19 @@ func TestQueueSharesChargeIdleOnlyPodsWholeCards(t *testing.T) {
 		t.Fatalf("greedy: %+v, want held and asked a whole card each (%+v), 100 cores deserved, at its share", greedy, whole)
 	}
 
+	snap := snapshotOf(in, args)
+	explained := snap.Explain(snap.FindPod("lab", "more")).Queue
+	if explained == nil {
+		t.Fatal("explain has no queue view")
+	}
+	if got := (Amount{MemoryMiB: explained.Held.MemoryMiB, Cores: explained.Held.Cores}); got != greedy.Held {
+		t.Errorf("explain says greedy holds %+v, the page %+v", got, greedy.Held)
+	}
+}
+
+// snapshotOf is the CLI's snapshot of the cluster the page is built from, for comparing
+// the page with `tessera explain`.
+func snapshotOf(in *contents, args pluginargs.Args) *cli.Snapshot {
 	snap := &cli.Snapshot{Args: args, Now: time.Now()}
 	for _, n := range in.nodes {
 		snap.Nodes = append(snap.Nodes, *n)
@@ -186,11 +190,5 @@ func TestQueueSharesChargeIdleOnlyPodsWholeCards(t *testing.T) {
 	for _, q := range decodeQueues(in.queues, args) {
 		snap.Queues = append(snap.Queues, q.spec)
 	}
-	explained := snap.Explain(snap.FindPod("lab", "more")).Queue
-	if explained == nil {
-		t.Fatal("explain has no queue view")
-	}
-	if got := (Amount{MemoryMiB: explained.Held.MemoryMiB, Cores: explained.Held.Cores}); got != greedy.Held {
-		t.Errorf("explain says greedy holds %+v, the page %+v", got, greedy.Held)
-	}
+	return snap
 }

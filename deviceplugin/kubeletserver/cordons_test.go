@@ -1,11 +1,8 @@
 package kubeletserver_test
 
 import (
-	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/tessera-gpu/tessera/deviceplugin/discovery"
 	"github.com/tessera-gpu/tessera/deviceplugin/handoff"
 	"github.com/tessera-gpu/tessera/deviceplugin/kubeletserver"
+	"github.com/tessera-gpu/tessera/internal/testing/klogtest"
 	"github.com/tessera-gpu/tessera/internal/testing/kubeletsim"
 	"github.com/tessera-gpu/tessera/internal/testing/nvmlfake"
 )
@@ -55,25 +53,7 @@ type cordonScene struct {
 
 func newCordonScene(t *testing.T) *cordonScene {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	dir, err := os.MkdirTemp("", "ks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubeletsim.Start(kubeletsim.Options{PluginDir: dir, Resource: api.ResourceNumber})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := discovery.Discover(nvmlfake.FourCardsTwoNUMA(), discovery.Options{Shares: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := cards.NewRegistry(res.Cards(), res.Links)
-	srv := kubeletserver.New(kubeletserver.Options{PluginDir: dir, SocketName: "tessera.sock", Resource: api.ResourceNumber,
-		WatchInterval: 10 * time.Millisecond, AwaitCordons: true}, reg, unplacedHandler{})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; k.Stop(); os.RemoveAll(dir) })
+	ctx, k, reg, _, srv := serve(t, 2, kubeletserver.Options{AwaitCordons: true}, unplacedHandler{})
 	if err := k.WaitFor(ctx, kubeletsim.RegisteredAtLeast(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +219,7 @@ func TestAnUndecodableCordonIsLoggedOnce(t *testing.T) {
 	reg := cards.NewRegistry(res.Cards(), res.Links)
 	// Not started: only ObserveNode logs while the output is captured.
 	s := &cordonScene{reg: reg, srv: kubeletserver.New(kubeletserver.Options{}, reg, unplacedHandler{})}
-	logs := logsOf(t)
+	logs := klogtest.Capture(t, 0)
 	for i := 0; i < 3; i++ {
 		s.observe(t, nil, `{"version":"v2"}`)
 	}
@@ -252,28 +232,6 @@ func TestAnUndecodableCordonIsLoggedOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "cordons do not decode"); n != 2 {
 		t.Fatalf("a different bad value logged %d times in all, want twice:\n%s", n, logs)
 	}
-}
-
-// logsOf captures klog's output for the rest of the test.
-func logsOf(t *testing.T) *bytes.Buffer {
-	t.Helper()
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "one_output": "true", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var buf bytes.Buffer
-	klog.SetOutput(&buf)
-	t.Cleanup(func() {
-		klog.Flush()
-		klog.SetOutput(os.Stderr)
-		for k, v := range map[string]string{"logtostderr": "true", "one_output": "false", "stderrthreshold": "ERROR"} {
-			_ = fs.Set(k, v)
-		}
-	})
-	return &buf
 }
 
 func joinInts(xs []int) string {

@@ -35,6 +35,15 @@ func start(t *testing.T, shares int) (context.Context, *kubeletsim.Kubelet, *car
 
 func startWith(t *testing.T, shares int, reportNUMA bool) (context.Context, *kubeletsim.Kubelet, *cards.Registry, string) {
 	t.Helper()
+	ctx, k, reg, dir, _ := serve(t, shares, kubeletserver.Options{ReportNUMA: reportNUMA}, noHandler{})
+	return ctx, k, reg, dir
+}
+
+// serve runs a server with opts (its directory, socket, resource and watch interval
+// filled in) over the four-card fake machine with shares slots per card, registered
+// with a fake kubelet, until the test ends.
+func serve(t *testing.T, shares int, opts kubeletserver.Options, h kubeletserver.Handler) (context.Context, *kubeletsim.Kubelet, *cards.Registry, string, *kubeletserver.Server) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	dir, err := os.MkdirTemp("", "ks")
 	if err != nil {
@@ -49,12 +58,12 @@ func startWith(t *testing.T, shares int, reportNUMA bool) (context.Context, *kub
 		t.Fatal(err)
 	}
 	reg := cards.NewRegistry(res.Cards(), res.Links)
-	srv := kubeletserver.New(kubeletserver.Options{PluginDir: dir, SocketName: "tessera.sock", Resource: api.ResourceNumber,
-		WatchInterval: 10 * time.Millisecond, ReportNUMA: reportNUMA}, reg, noHandler{})
+	opts.PluginDir, opts.SocketName, opts.Resource, opts.WatchInterval = dir, "tessera.sock", api.ResourceNumber, 10*time.Millisecond
+	srv := kubeletserver.New(opts, reg, h)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; k.Stop(); os.RemoveAll(dir) })
-	return ctx, k, reg, dir
+	return ctx, k, reg, dir, srv
 }
 
 func TestThePluginRegistersAndRegistersAgainAfterAKubeletRestart(t *testing.T) {

@@ -1,10 +1,8 @@
 package uninstall
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,29 +10,9 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2"
-)
 
-// logsAtV2 captures klog's output at -v=2 for the rest of the test.
-func logsAtV2(t *testing.T) *bytes.Buffer {
-	t.Helper()
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for k, v := range map[string]string{"v": "2", "logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var buf bytes.Buffer
-	klog.SetOutput(&buf)
-	t.Cleanup(func() {
-		klog.Flush()
-		klog.SetOutput(os.Stderr)
-		for k, v := range map[string]string{"v": "0", "logtostderr": "true", "stderrthreshold": "ERROR"} {
-			_ = fs.Set(k, v)
-		}
-	})
-	return &buf
-}
+	"github.com/tessera-gpu/tessera/internal/testing/klogtest"
+)
 
 // readOnlyUnder makes removeFile fail as a read-only mount of dir would (EROFS), for the
 // rest of the test.
@@ -57,7 +35,7 @@ func readOnlyUnder(t *testing.T, dir string) {
 func TestRemoveLeavesAReadOnlyHookLibraryToTheChartsCleanup(t *testing.T) {
 	f, paths := host(t)
 	readOnlyUnder(t, filepath.Dir(f.HookLibrary))
-	logs := logsAtV2(t)
+	logs := klogtest.Capture(t, 2)
 	if err := Remove(context.Background(), lister{}, resource, f); err != nil {
 		t.Fatalf("Remove: %v; a read-only hook library is expected, not an error", err)
 	}
