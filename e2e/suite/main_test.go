@@ -77,6 +77,18 @@ func run(m *testing.M) int {
 		fmt.Println(err)
 		return 1
 	}
+	// Earlier runs' directories are kept for their logs, up to a point (cluster.PruneRunDirs).
+	removed, err := cluster.PruneRunDirs(os.TempDir(), "tessera-e2e-", 5)
+	if len(removed) > 0 {
+		fmt.Printf("removed %d earlier runs' directories (the 5 newest are kept)\n", len(removed))
+	}
+	if err == nil {
+		err = cluster.CheckFreeDisk(os.TempDir(), cluster.MinFreeDisk)
+	}
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
 	runDir, err := os.MkdirTemp("", "tessera-e2e-")
 	if err != nil {
 		fmt.Println(err)
