@@ -1,7 +1,12 @@
 package fairshare
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/tessera-gpu/tessera/api"
+	"github.com/tessera-gpu/tessera/placement/mig"
 )
 
 // Cards is what the queue shares know of the cards they divide, to charge a pod for
@@ -25,6 +30,11 @@ type Cards struct {
 	// CapacityMiB returns a card's schedulable memory by UUID, false for a card the
 	// book does not know; nil knows none.
 	CapacityMiB func(uuid string) (int64, bool)
+	// InstanceSlices returns the compute slices of a MIG device by its UUID ("MIG-..."),
+	// read off its profile in the card's layout, false for a device the book does not
+	// know; nil knows none. An instance it does not know counts one slice, the least
+	// any instance takes.
+	InstanceSlices func(mig string) (float64, bool)
 }
 
 // Requested is what containers ask of the cluster before their cards are chosen.
@@ -35,17 +45,25 @@ type Cards struct {
 // several containers this may be more than it will hold; once placed it is charged
 // what it holds (Assigned).
 //
-// Whole MIG instances cost nothing here, nor once placed (Assigned), and cards in MIG
-// mode add nothing to the supply the queues share (book.Ledger.CardTotals). Counting
-// them in one pool of card memory and cores with whole and shared cards would give each
-// queue a share of capacity only MIG pods can use: a queue of card pods would be
-// reclaimed down to a share it can never fill (e2e
-// TestReclaimGivesTheLateQueueItsShareOfCards fails that way). Instances would need a
-// dimension of their own.
+// Whole MIG instances are charged in a dimension of their own, MIG slices: Cards
+// instances of the profile's compute slices each (MIGSlices; "3g.40gb" is 3), and no
+// card memory or cores. Cards in MIG mode add their compute slices to that supply only
+// (book.Ledger.CardTotals), never to card memory and cores: counted in one pool with
+// whole and shared cards, they would give each queue a share of capacity only MIG pods
+// can use, and a queue of card pods would be reclaimed down to a share it can never
+// fill (e2e TestReclaimGivesTheLateQueueItsShareOfCards fails that way).
 func (k Cards) Requested(cs []api.ContainerRequest, idleOnly bool) Amount {
 	var a Amount
 	for _, c := range cs {
 		if c.MIGProfile != "" {
+			// The profile was checked when the request was read (api.ParsePodRequest
+			// refuses a name that is not "<N>g.<GB>gb"); one that does not parse here
+			// counts the least an instance takes.
+			n, err := MIGSlices(c.MIGProfile)
+			if err != nil {
+				n = 1
+			}
+			a.MIGSlices += float64(c.Cards) * n
 			continue
 		}
 		mem, cores := c.MemoryMiB, int64(c.Cores)
@@ -61,8 +79,9 @@ func (k Cards) Requested(cs []api.ContainerRequest, idleOnly bool) Amount {
 	return a
 }
 
-// Assigned is what an assignment holds: exact, from the chosen cards; whole MIG
-// instances hold nothing (see Requested). A pod that holds its cards alone (idleOnly)
+// Assigned is what an assignment holds: exact, from the chosen cards; a whole MIG
+// instance holds its profile's compute slices (InstanceSlices) and no card memory or
+// cores (see Requested). A pod that holds its cards alone (idleOnly)
 // is charged each card once, however many of its containers share it: the card's
 // schedulable memory (CapacityMiB; WholeMiB for a card the book does not know; never
 // less than what its containers were assigned there) and 100 cores.
@@ -73,6 +92,7 @@ func (k Cards) Assigned(cs []api.ContainerAssignment, idleOnly bool) Amount {
 		for _, card := range c.Cards {
 			switch {
 			case card.IsMIG():
+				a.MIGSlices += k.instanceSlices(card.MIG)
 			case idleOnly:
 				if whole == nil {
 					whole = map[string]int64{}
@@ -100,4 +120,55 @@ func (k Cards) capacity(uuid string) (int64, bool) {
 		return 0, false
 	}
 	return k.CapacityMiB(uuid)
+}
+
+func (k Cards) instanceSlices(mig string) float64 {
+	if k.InstanceSlices != nil {
+		if n, ok := k.InstanceSlices(mig); ok {
+			return n
+		}
+	}
+	return 1
+}
+
+// MIGSlices is the number of compute slices of a MIG profile: the leading N of
+// "<N>g.<GB>gb", with or without a media-engine suffix ("1g.10gb+me" is 1).
+func MIGSlices(profile string) (float64, error) {
+	g, _, ok := strings.Cut(profile, "g.")
+	n, err := strconv.Atoi(g)
+	if !ok || err != nil || n < 1 || g[0] < '1' || g[0] > '9' {
+		return 0, fmt.Errorf("MIG profile %q does not start with its compute slices, as in 3g.40gb", profile)
+	}
+	return float64(n), nil
+}
+
+// CardMIGSlices is the compute slices a card in MIG mode adds to the MIG supply: the
+// largest profile of its model's table (mig.KnownTable: 7 on A100, H100 and B200), or,
+// for a model without a table, the slices of the GPU instances its layout holds (each
+// GPU instance once, however many compute instances it is split into). Zero for a card
+// not in MIG mode, or whose model and layout are both unknown.
+func CardMIGSlices(c api.Card) float64 {
+	if !c.MIG {
+		return 0
+	}
+	most := 0.0
+	if t, ok := mig.KnownTable(c.Model); ok {
+		for _, p := range t.Profiles {
+			if n, err := MIGSlices(p.Name); err == nil {
+				most = max(most, n)
+			}
+		}
+		return most
+	}
+	sum, seen := 0.0, map[int]bool{}
+	for _, in := range c.MIGInstances {
+		if seen[in.GI] {
+			continue
+		}
+		seen[in.GI] = true
+		if n, err := MIGSlices(in.Profile); err == nil {
+			sum += n
+		}
+	}
+	return sum
 }

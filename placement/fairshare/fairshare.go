@@ -17,29 +17,61 @@ import (
 type Amount struct {
 	MemoryMiB float64
 	Cores     float64
+	// MIGSlices are the compute slices of whole MIG instances (an instance of profile
+	// "3g.40gb" is 3; MIGSlices). They are a dimension of their own: only MIG pods can
+	// use an instance, so counting instances in card memory and cores would hand every
+	// queue a share of capacity only MIG pods can use.
+	MIGSlices float64
 }
 
 // Unlimited is the capability of a queue that sets none.
-var Unlimited = Amount{MemoryMiB: math.Inf(1), Cores: math.Inf(1)}
+var Unlimited = Amount{MemoryMiB: math.Inf(1), Cores: math.Inf(1), MIGSlices: math.Inf(1)}
 
 // Add returns a + b.
 func (a Amount) Add(b Amount) Amount {
-	return Amount{MemoryMiB: a.MemoryMiB + b.MemoryMiB, Cores: a.Cores + b.Cores}
+	return Amount{MemoryMiB: a.MemoryMiB + b.MemoryMiB, Cores: a.Cores + b.Cores, MIGSlices: a.MIGSlices + b.MIGSlices}
 }
 
 // Sub returns a - b.
 func (a Amount) Sub(b Amount) Amount {
-	return Amount{MemoryMiB: a.MemoryMiB - b.MemoryMiB, Cores: a.Cores - b.Cores}
+	return Amount{MemoryMiB: a.MemoryMiB - b.MemoryMiB, Cores: a.Cores - b.Cores, MIGSlices: a.MIGSlices - b.MIGSlices}
 }
 
-// Within reports whether a is at most limit in both dimensions, allowing for the
+// Within reports whether a is at most limit in every dimension, allowing for the
 // rounding of float sums.
 func (a Amount) Within(limit Amount) bool {
-	return a.MemoryMiB <= limit.MemoryMiB+tolerance(limit.MemoryMiB) && a.Cores <= limit.Cores+tolerance(limit.Cores)
+	return a.MemoryMiB <= limit.MemoryMiB+tolerance(limit.MemoryMiB) && a.Cores <= limit.Cores+tolerance(limit.Cores) &&
+		a.MIGSlices <= limit.MIGSlices+tolerance(limit.MIGSlices)
 }
 
+// OpenUnasked is limit with the dimensions a task costing cost does not reach left
+// unbounded: MIG slices for a task without MIG instances, card memory and cores for a
+// task of MIG instances only. Card pods are thus never held to their queue's MIG
+// holdings, nor MIG pods to its card holdings; card memory and cores stay bound
+// together, as they always were.
+func OpenUnasked(limit, cost Amount) Amount {
+	if cost.MIGSlices == 0 {
+		limit.MIGSlices = math.Inf(1)
+	} else if cost.MemoryMiB == 0 && cost.Cores == 0 {
+		limit.MemoryMiB, limit.Cores = math.Inf(1), math.Inf(1)
+	}
+	return limit
+}
+
+// Cards is a's card memory and cores alone, without MIG slices.
+func (a Amount) Cards() Amount { return Amount{MemoryMiB: a.MemoryMiB, Cores: a.Cores} }
+
+// MIG is a's MIG slices alone.
+func (a Amount) MIG() Amount { return Amount{MIGSlices: a.MIGSlices} }
+
+// String names memory and cores, and MIG slices when there are any (amounts without
+// MIG read as they always have).
 func (a Amount) String() string {
-	return fmt.Sprintf("memory %s MiB, cores %s", num(a.MemoryMiB), num(a.Cores))
+	s := fmt.Sprintf("memory %s MiB, cores %s", num(a.MemoryMiB), num(a.Cores))
+	if a.MIGSlices != 0 && !math.IsInf(a.MIGSlices, 1) {
+		s += fmt.Sprintf(", MIG slices %s", num(a.MIGSlices))
+	}
+	return s
 }
 
 func num(v float64) string {
@@ -74,20 +106,23 @@ type Claim struct {
 func Divide(total Amount, claims []Claim) []Amount {
 	out := make([]Amount, len(claims))
 	n := len(claims)
-	mem, cores := make([]float64, n), make([]float64, n)
-	memFloor, coresFloor := make([]float64, n), make([]float64, n)
+	mem, cores, slices := make([]float64, n), make([]float64, n), make([]float64, n)
+	memFloor, coresFloor, slicesFloor := make([]float64, n), make([]float64, n), make([]float64, n)
 	weights := make([]float64, n)
 	for i, c := range claims {
 		weights[i] = math.Max(0, c.Weight)
 		mem[i] = math.Max(0, math.Min(c.Request.MemoryMiB, c.Capability.MemoryMiB))
 		cores[i] = math.Max(0, math.Min(c.Request.Cores, c.Capability.Cores))
+		slices[i] = math.Max(0, math.Min(c.Request.MIGSlices, c.Capability.MIGSlices))
 		memFloor[i] = math.Max(0, math.Min(c.Guarantee.MemoryMiB, mem[i]))
 		coresFloor[i] = math.Max(0, math.Min(c.Guarantee.Cores, cores[i]))
+		slicesFloor[i] = math.Max(0, math.Min(c.Guarantee.MIGSlices, slices[i]))
 	}
 	mem = waterFill(math.Max(0, total.MemoryMiB), weights, mem, memFloor)
 	cores = waterFill(math.Max(0, total.Cores), weights, cores, coresFloor)
+	slices = waterFill(math.Max(0, total.MIGSlices), weights, slices, slicesFloor)
 	for i := range out {
-		out[i] = Amount{MemoryMiB: mem[i], Cores: cores[i]}
+		out[i] = Amount{MemoryMiB: mem[i], Cores: cores[i], MIGSlices: slices[i]}
 	}
 	return out
 }
@@ -164,8 +199,9 @@ func waterFill(total float64, weights, demand, floor []float64) []float64 {
 // share is, and what it asks for in all (held plus pending).
 type Holding struct {
 	Allocated, Deserved, Request Amount
-	// MinAsk is the cost of the queue's smallest pending task (zero: none).
-	MinAsk Amount
+	// MinAsk is the cost of the queue's smallest pending task that asks for card
+	// memory or cores (zero: none); MinMIGAsk that of its smallest pending MIG task.
+	MinAsk, MinMIGAsk Amount
 }
 
 // Spare is the capacity that no queue but skip holds or may still claim: total less
@@ -185,19 +221,29 @@ func Spare(total Amount, hs []Holding, skip int) Amount {
 			MemoryMiB: math.Max(0, math.Min(h.Deserved.MemoryMiB, h.Request.MemoryMiB)-h.Allocated.MemoryMiB),
 			Cores:     math.Max(0, math.Min(h.Deserved.Cores, h.Request.Cores)-h.Allocated.Cores),
 		}
-		if h.MinAsk.Within(unmet) {
+		if h.MinAsk.Cards().Within(unmet) {
 			spare = spare.Sub(unmet)
 		}
+		// MIG slices apart: a queue's smallest MIG task decides whether its unmet MIG
+		// share is any use to it, its card tasks whether its unmet card share is.
+		unmetMIG := Amount{MIGSlices: math.Max(0, math.Min(h.Deserved.MIGSlices, h.Request.MIGSlices)-h.Allocated.MIGSlices)}
+		if h.MinMIGAsk.Within(unmetMIG) {
+			spare = spare.Sub(unmetMIG)
+		}
 	}
-	return Amount{MemoryMiB: math.Max(0, spare.MemoryMiB), Cores: math.Max(0, spare.Cores)}
+	return Amount{MemoryMiB: math.Max(0, spare.MemoryMiB), Cores: math.Max(0, spare.Cores), MIGSlices: math.Max(0, spare.MIGSlices)}
 }
 
-// Smaller orders costs for picking a queue's smallest task: by cores, then memory.
+// Smaller orders costs for picking a queue's smallest task: by cores, then memory,
+// then MIG slices.
 func Smaller(a, b Amount) bool {
 	if a.Cores != b.Cores {
 		return a.Cores < b.Cores
 	}
-	return a.MemoryMiB < b.MemoryMiB
+	if a.MemoryMiB != b.MemoryMiB {
+		return a.MemoryMiB < b.MemoryMiB
+	}
+	return a.MIGSlices < b.MIGSlices
 }
 
 // Below reports whether held is under share in every dimension that cost asks for:
@@ -209,5 +255,8 @@ func Below(held, share, cost Amount) bool {
 	if cost.Cores > 0 && held.Cores >= share.Cores-tolerance(share.Cores) {
 		return false
 	}
-	return cost.MemoryMiB > 0 || cost.Cores > 0
+	if cost.MIGSlices > 0 && held.MIGSlices >= share.MIGSlices-tolerance(share.MIGSlices) {
+		return false
+	}
+	return cost.MemoryMiB > 0 || cost.Cores > 0 || cost.MIGSlices > 0
 }

@@ -1,8 +1,10 @@
 package fairshare
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/tessera-gpu/tessera/api"
@@ -25,34 +27,34 @@ func TestDivide(t *testing.T) {
 		want   []Amount
 	}{
 		{"both want everything: 3 to 1", []Claim{claim(3, 1000, 400), claim(1, 1000, 400)},
-			[]Amount{{750, 300}, {250, 100}}},
+			[]Amount{{MemoryMiB: 750, Cores: 300}, {MemoryMiB: 250, Cores: 100}}},
 		{"the light queue asks little: the heavy one gets the rest", []Claim{claim(3, 1000, 400), claim(1, 100, 20)},
-			[]Amount{{900, 380}, {100, 20}}},
+			[]Amount{{MemoryMiB: 900, Cores: 380}, {MemoryMiB: 100, Cores: 20}}},
 		{"nobody is short: everyone gets the request", []Claim{claim(3, 200, 100), claim(1, 300, 100)},
-			[]Amount{{200, 100}, {300, 100}}},
+			[]Amount{{MemoryMiB: 200, Cores: 100}, {MemoryMiB: 300, Cores: 100}}},
 		{"dimensions are divided independently", []Claim{claim(1, 1000, 10), claim(1, 10, 400)},
-			[]Amount{{990, 10}, {10, 390}}},
+			[]Amount{{MemoryMiB: 990, Cores: 10}, {MemoryMiB: 10, Cores: 390}}},
 		{"a capability caps the share and frees the rest", []Claim{
-			{Weight: 3, Request: Amount{1000, 400}, Capability: Amount{MemoryMiB: 300, Cores: math.Inf(1)}}, claim(1, 1000, 400)},
-			[]Amount{{300, 300}, {700, 100}}},
+			{Weight: 3, Request: Amount{MemoryMiB: 1000, Cores: 400}, Capability: Amount{MemoryMiB: 300, Cores: math.Inf(1)}}, claim(1, 1000, 400)},
+			[]Amount{{MemoryMiB: 300, Cores: 300}, {MemoryMiB: 700, Cores: 100}}},
 		{"weight 0 deserves nothing", []Claim{claim(0, 500, 100), claim(1, 200, 100)},
-			[]Amount{{0, 0}, {200, 100}}},
+			[]Amount{{MemoryMiB: 0, Cores: 0}, {MemoryMiB: 200, Cores: 100}}},
 		{"three queues, one satisfied early", []Claim{claim(1, 1000, 400), claim(1, 1000, 400), claim(2, 100, 0)},
-			[]Amount{{450, 200}, {450, 200}, {100, 0}}},
+			[]Amount{{MemoryMiB: 450, Cores: 200}, {MemoryMiB: 450, Cores: 200}, {MemoryMiB: 100, Cores: 0}}},
 		{"a guarantee above the weighted part is kept; the rest goes by weight", []Claim{
 			guaranteed(claim(1, 1000, 400), 600, 200), claim(3, 1000, 400)},
-			[]Amount{{600, 200}, {400, 200}}},
+			[]Amount{{MemoryMiB: 600, Cores: 200}, {MemoryMiB: 400, Cores: 200}}},
 		{"a guarantee below the weighted part changes nothing", []Claim{
 			guaranteed(claim(1, 1000, 400), 100, 50), claim(1, 1000, 400)},
-			[]Amount{{500, 200}, {500, 200}}},
+			[]Amount{{MemoryMiB: 500, Cores: 200}, {MemoryMiB: 500, Cores: 200}}},
 		{"a guarantee counts only as far as the queue asks", []Claim{
 			guaranteed(claim(1, 300, 100), 800, 300), claim(1, 1000, 400)},
-			[]Amount{{300, 100}, {700, 300}}},
+			[]Amount{{MemoryMiB: 300, Cores: 100}, {MemoryMiB: 700, Cores: 300}}},
 		{"guarantees beyond the total are cut in proportion", []Claim{
 			guaranteed(claim(1, 1000, 400), 600, 300), guaranteed(claim(1, 1000, 400), 900, 300)},
-			[]Amount{{400, 200}, {600, 200}}},
+			[]Amount{{MemoryMiB: 400, Cores: 200}, {MemoryMiB: 600, Cores: 200}}},
 		{"weight 0 keeps its guarantee", []Claim{guaranteed(claim(0, 500, 100), 200, 40), claim(1, 1000, 400)},
-			[]Amount{{200, 40}, {800, 360}}},
+			[]Amount{{MemoryMiB: 200, Cores: 40}, {MemoryMiB: 800, Cores: 360}}},
 		{"no claims", nil, []Amount{}},
 	}
 	for _, tt := range tests {
@@ -217,28 +219,127 @@ func TestSpareLeavesOtherQueuesTheirEntitlement(t *testing.T) {
 	}
 }
 
-// A MIG instance counts as its memory and its compute slices of seven: by the profile's
-// name while pending, with the instance's exact memory once placed; a profile that
-// does not read charges the whole card's cores rather than none.
-// Whole MIG instances are not charged to queues, before or after placement: only the
-// cards beside them count.
-func TestMIGInstancesCostNothingInTheQueueShares(t *testing.T) {
+// Whole MIG instances are charged in MIG slices of their own, before and after
+// placement, never in card memory or cores: the cards beside them count as before.
+func TestMIGInstancesAreChargedInSlices(t *testing.T) {
 	req := []api.ContainerRequest{{Cards: 2, MemoryPercent: 100, Cores: 100, MIGProfile: "3g.40gb"}, {Cards: 1, MemoryMiB: 1000, Cores: 20}}
-	cards := Cards{RefMiB: 81920, WholeMiB: 81920, CapacityMiB: capacities(map[string]int64{"GPU-a": 81920, "GPU-b": 81920})}
+	cards := Cards{RefMiB: 81920, WholeMiB: 81920, CapacityMiB: capacities(map[string]int64{"GPU-a": 81920, "GPU-b": 81920}),
+		InstanceSlices: func(mig string) (float64, bool) { return 3, mig == "MIG-a" }}
 	held := []api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-a", MemoryMiB: 40320, Cores: 100, MIG: "MIG-a"},
 		{UUID: "GPU-b", MemoryMiB: 1000, Cores: 20}}}}
 	for _, idleOnly := range []bool{false, true} {
-		// An idle-only pod's MIG instance is free as well; its other card is whole.
-		wantReq, wantHeld := Amount{MemoryMiB: 1000, Cores: 20}, Amount{MemoryMiB: 1000, Cores: 20}
+		// An idle-only pod's MIG instance counts its slices only; its other card is whole.
+		wantReq, wantHeld := Amount{MemoryMiB: 1000, Cores: 20, MIGSlices: 6}, Amount{MemoryMiB: 1000, Cores: 20, MIGSlices: 3}
 		if idleOnly {
-			wantReq, wantHeld = Amount{MemoryMiB: 81920, Cores: 100}, Amount{MemoryMiB: 81920, Cores: 100}
+			wantReq, wantHeld = Amount{MemoryMiB: 81920, Cores: 100, MIGSlices: 6}, Amount{MemoryMiB: 81920, Cores: 100, MIGSlices: 3}
 		}
 		if got := cards.Requested(req, idleOnly); got != wantReq {
-			t.Errorf("idle-only %t: Requested = %v, want %v (the MIG container free)", idleOnly, got, wantReq)
+			t.Errorf("idle-only %t: Requested = %v, want %v (two 3g instances: 6 slices)", idleOnly, got, wantReq)
 		}
 		if got := cards.Assigned(held, idleOnly); got != wantHeld {
-			t.Errorf("idle-only %t: Assigned = %v, want %v (the instance free)", idleOnly, got, wantHeld)
+			t.Errorf("idle-only %t: Assigned = %v, want %v (the 3g instance: 3 slices)", idleOnly, got, wantHeld)
 		}
+	}
+	// An instance the book does not know counts the least any instance takes.
+	unknown := []api.ContainerAssignment{{Cards: []api.CardAssignment{{UUID: "GPU-c", MemoryMiB: 9856, Cores: 100, MIG: "MIG-c"}}}}
+	if got, want := cards.Assigned(unknown, false), (Amount{MIGSlices: 1}); got != want {
+		t.Errorf("unknown instance: Assigned = %v, want %v", got, want)
+	}
+	if got, want := (Cards{}).Assigned(held, false), (Amount{MemoryMiB: 1000, Cores: 20, MIGSlices: 1}); got != want {
+		t.Errorf("no instance lookup: Assigned = %v, want %v", got, want)
+	}
+}
+
+func TestMIGSlicesOfAProfile(t *testing.T) {
+	for profile, want := range map[string]float64{"1g.10gb": 1, "1g.10gb+me": 1, "1g.24gb+me.all": 1, "3g.40gb": 3, "7g.80gb": 7, "4g.90gb": 4, "12g.1gb": 12} {
+		if got, err := MIGSlices(profile); err != nil || got != want {
+			t.Errorf("MIGSlices(%q) = %v, %v; want %v", profile, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "g.10gb", "0g.10gb", "01g.10gb", "-1g.10gb", "3.40gb", "xg.10gb", "3g", "+3g.40gb"} {
+		if got, err := MIGSlices(bad); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("MIGSlices(%q) = %v, %v; want an error naming it", bad, got, err)
+		}
+	}
+}
+
+// MIG slices are divided on their own, by weight, whatever the queues hold of card
+// memory and cores; and card memory and cores divide as if there were no MIG.
+func TestDivideMIGSlicesOnTheirOwn(t *testing.T) {
+	total := Amount{MemoryMiB: 1000, Cores: 400, MIGSlices: 14}
+	claims := []Claim{
+		{Weight: 3, Request: Amount{MIGSlices: 20}, Capability: Unlimited},
+		{Weight: 1, Request: Amount{MemoryMiB: 1000, Cores: 400, MIGSlices: 20}, Capability: Unlimited},
+		{Weight: 4, Request: Amount{MemoryMiB: 1000, Cores: 400}, Capability: Unlimited},
+	}
+	got := Divide(total, claims)
+	want := []Amount{{MIGSlices: 10.5}, {MemoryMiB: 200, Cores: 80, MIGSlices: 3.5}, {MemoryMiB: 800, Cores: 320}}
+	for i := range want {
+		if !near(got[i], want[i]) {
+			t.Errorf("queue %d deserves %v, want %v", i, got[i], want[i])
+		}
+	}
+	// A MIG guarantee and capability bound the slices as they do the other dimensions.
+	claims[0].Guarantee = Amount{MIGSlices: 2}
+	claims[1].Guarantee = Amount{MIGSlices: 6}
+	claims[0].Capability.MIGSlices = 5
+	got = Divide(total, claims)
+	if got[0].MIGSlices != 5 || got[1].MIGSlices != 9 {
+		t.Errorf("with a capability of 5 and a guarantee of 6, slices divide %v and %v, want 5 and 9", got[0].MIGSlices, got[1].MIGSlices)
+	}
+}
+
+func near(a, b Amount) bool {
+	return math.Abs(a.MemoryMiB-b.MemoryMiB) < 1e-6 && math.Abs(a.Cores-b.Cores) < 1e-6 && math.Abs(a.MIGSlices-b.MIGSlices) < 1e-6
+}
+
+// A queue's unmet MIG share is kept from the others' borrowing only when its smallest
+// pending MIG task fits in it; card tasks neither reserve nor free MIG slices.
+func TestSpareMIGSlices(t *testing.T) {
+	total := Amount{MemoryMiB: 1000, Cores: 400, MIGSlices: 14}
+	hs := []Holding{
+		{Allocated: Amount{MIGSlices: 4}, Deserved: Amount{MIGSlices: 7}, Request: Amount{MIGSlices: 12}, MinMIGAsk: Amount{MIGSlices: 1}},
+		{Allocated: Amount{MemoryMiB: 500, Cores: 200}, Deserved: Amount{MemoryMiB: 1000, Cores: 400, MIGSlices: 7},
+			Request: Amount{MemoryMiB: 1000, Cores: 400, MIGSlices: 7}, MinAsk: Amount{MemoryMiB: 500, Cores: 200}, MinMIGAsk: Amount{MIGSlices: 7}},
+	}
+	// For queue 1: 10 slices free, 3 of them queue 0's to claim; half the card share free.
+	if got, want := Spare(total, hs, 1), (Amount{MemoryMiB: 500, Cores: 200, MIGSlices: 7}); got != want {
+		t.Errorf("spare for queue 1 = %v, want %v", got, want)
+	}
+	// For queue 0: queue 1's unmet 7 slices are reserved; its card share is not
+	// reachable by queue 0's MIG tasks but is reserved all the same.
+	if got, want := Spare(total, hs, 0), (Amount{MIGSlices: 3}); got != want {
+		t.Errorf("spare for queue 0 = %v, want %v", got, want)
+	}
+	// A smallest MIG task of 4 slices cannot use an unmet share of 3: nothing reserved.
+	hs[0].MinMIGAsk = Amount{MIGSlices: 4}
+	if got, want := Spare(total, hs, 1), (Amount{MemoryMiB: 500, Cores: 200, MIGSlices: 10}); got != want {
+		t.Errorf("spare for queue 1 = %v, want %v", got, want)
+	}
+}
+
+func TestBelowMIGShare(t *testing.T) {
+	share := Amount{MemoryMiB: 100, Cores: 100, MIGSlices: 7}
+	if !Below(Amount{MemoryMiB: 500, Cores: 500, MIGSlices: 6}, share, Amount{MIGSlices: 3}) {
+		t.Error("a MIG task of a queue below its MIG share is held by its card holdings")
+	}
+	if Below(Amount{MIGSlices: 7}, share, Amount{MIGSlices: 1}) {
+		t.Error("a MIG task of a queue at its MIG share is below it")
+	}
+	if !Below(Amount{MIGSlices: 70}, share, Amount{MemoryMiB: 10, Cores: 10}) {
+		t.Error("a card task is held by its queue's MIG holdings")
+	}
+}
+
+func TestAmountStringNamesMIGSlicesOnlyWhenThere(t *testing.T) {
+	if got, want := (Amount{MemoryMiB: 1, Cores: 2}).String(), "memory 1 MiB, cores 2"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	if got, want := (Amount{MemoryMiB: 1, Cores: 2, MIGSlices: 3}).String(), "memory 1 MiB, cores 2, MIG slices 3"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	if got, want := Unlimited.String(), "memory unlimited MiB, cores unlimited"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
 	}
 }
 
@@ -307,5 +408,42 @@ func TestIdleOnlyPodsAreChargedWholeCards(t *testing.T) {
 	// Without sizes (Cards{}), an idle-only pod still pays every core of each card.
 	if got, want := (Cards{}).Assigned(placed[1].cs, true), (Amount{MemoryMiB: 1, Cores: 100}); got != want {
 		t.Errorf("without card sizes: Assigned = %v, want %v", got, want)
+	}
+}
+
+// MIGSlices never panics, and agrees with the name check requests are read with: every
+// name api.ValidateMIGProfileName accepts has its slices, between 1 and 9999.
+func FuzzMIGSlices(f *testing.F) {
+	for _, s := range []string{"1g.10gb", "3g.40gb", "7g.80gb", "1g.10gb+me", "1g.24gb+me.all", "", "g.", "0g.1gb", "99999g.1gb", "3g"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := MIGSlices(s)
+		if err == nil && (n < 1 || n != math.Trunc(n)) {
+			t.Fatalf("MIGSlices(%q) = %v", s, n)
+		}
+		if api.ValidateMIGProfileName(s) == nil && (err != nil || n > 9999) {
+			t.Fatalf("a valid profile %q reads as %v, %v", s, n, err)
+		}
+	})
+}
+
+// A MIG card adds its model's largest profile; a model without a table, the GPU
+// instances of its layout (each once); a card not in MIG mode, nothing.
+func TestCardMIGSlices(t *testing.T) {
+	layout := []api.MIGInstance{{GI: 1, Profile: "3g.40gb"}, {GI: 1, Profile: "3g.40gb"}, {GI: 2, Profile: "2g.20gb"}}
+	for _, tc := range []struct {
+		card api.Card
+		want float64
+	}{
+		{api.Card{Model: "NVIDIA H100 80GB HBM3", MIG: true}, 7},
+		{api.Card{Model: "NVIDIA B200", MIG: true, MIGInstances: layout}, 7},
+		{api.Card{Model: "NVIDIA Future", MIG: true, MIGInstances: layout}, 5},
+		{api.Card{Model: "NVIDIA Future", MIG: true}, 0},
+		{api.Card{Model: "NVIDIA H100 80GB HBM3"}, 0},
+	} {
+		if got := CardMIGSlices(tc.card); got != tc.want {
+			t.Errorf("%s (MIG %t, %d instances): %v slices, want %v", tc.card.Model, tc.card.MIG, len(tc.card.MIGInstances), got, tc.want)
+		}
 	}
 }

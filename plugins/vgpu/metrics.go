@@ -21,6 +21,8 @@ import (
 type metrics struct {
 	cardMemory, cardCapacity, cardCores, cardTenants *prometheus.GaugeVec
 	queueMemory, queueCards, pending                 *prometheus.GaugeVec
+	// queueMIG is each queue's MIG slices, for queues with MIG pods only.
+	queueMIG *prometheus.GaugeVec
 	// outOfService counts the cards that take no new task, by why: the agent's
 	// health check or an administrator's cordon.
 	outOfService    *prometheus.GaugeVec
@@ -96,6 +98,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queueCards: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_vgpu_cards",
 			Help: "Each queue's card cores in whole cards (1 = all SMs of one card) at the end of the last session: deserved, allocated and requested (kind).",
+		}, []string{"queue", "kind"}),
+		queueMIG: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tessera", Subsystem: "scheduler", Name: "queue_mig_slices",
+			Help: "Each queue's MIG compute slices (a 3g instance is 3) at the end of the last session: deserved, allocated and requested (kind); only queues that hold or ask for MIG instances.",
 		}, []string{"queue", "kind"}),
 		pending: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "tessera", Subsystem: "scheduler", Name: "vgpu_tasks_pending",
@@ -232,9 +238,15 @@ func (m *metrics) publishClaimsSkipped(skipped map[string]int) {
 }
 
 // publishShares records every queue's share in base units: memory in bytes, cores in
-// whole cards.
+// whole cards; and MIG slices for each queue that holds or asks for MIG instances.
 func (m *metrics) publishShares(standings []shares.Standing) {
+	m.queueMIG.Reset()
 	for _, q := range standings {
+		if q.Allocated.MIGSlices > 0 || q.Requested.MIGSlices > 0 {
+			for kind, a := range map[string]fairshare.Amount{"deserved": q.Deserved, "allocated": q.Allocated, "request": q.Requested} {
+				m.queueMIG.WithLabelValues(q.Name, kind).Set(a.MIGSlices)
+			}
+		}
 		for kind, a := range map[string]fairshare.Amount{"deserved": q.Deserved, "allocated": q.Allocated, "request": q.Requested} {
 			m.queueMemory.WithLabelValues(q.Name, kind).Set(a.MemoryMiB * mib)
 			m.queueCards.WithLabelValues(q.Name, kind).Set(a.Cores / 100)

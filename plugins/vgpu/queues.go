@@ -22,7 +22,7 @@ func (p *vgpuPlugin) buildShares(ssn *framework.Session) *shares.Shares {
 	total, refMiB := p.ledger.CardTotals()
 	capacities := &cardCapacities{ledger: p.ledger}
 	s := shares.New(total, fairshare.Cards{RefMiB: refMiB, WholeMiB: int64(float64(refMiB) * p.args.MemoryOversubscription),
-		CapacityMiB: capacities.of}, p.args.Resources)
+		CapacityMiB: capacities.of, InstanceSlices: capacities.slices}, p.args.Resources)
 	for _, job := range ssn.Jobs {
 		q, ok := ssn.Queues[job.Queue]
 		if !ok {
@@ -129,26 +129,49 @@ func (p *vgpuPlugin) onUnplaced(e *framework.Event) {
 	p.shares.Release(e.Task.UID, e.Task.Status == vapi.Releasing)
 }
 
-// cardCapacities is each card's schedulable memory by UUID, read off the card book
-// the first time a pod that holds its cards alone is charged: most sessions have none
-// and skip the walk over every card. A card's capacity does not change within a
+// cardCapacities is each card's schedulable memory by UUID, and each MIG instance's
+// compute slices by its device UUID, read off the card book the first time a pod that
+// holds its cards alone or a MIG instance is charged: most sessions have neither and
+// skip the walk over every card. A card's capacity and layout do not change within a
 // session.
 type cardCapacities struct {
 	ledger *book.Ledger
 	once   sync.Once
 	mib    map[string]int64
+	// mig is each MIG instance's compute slices, by its device UUID ("MIG-...").
+	mig map[string]float64
+}
+
+func (c *cardCapacities) read() {
+	c.once.Do(func() {
+		c.mib, c.mig = map[string]int64{}, map[string]float64{}
+		c.ledger.EachCard(func(_ string, card *placement.CardState) {
+			if !card.MIG {
+				c.mib[card.UUID] = card.CapacityMiB
+				return
+			}
+			for _, in := range card.MIGInstances {
+				// The layout's profiles were checked when the node's annotation was
+				// read (api.DecodeMIGInstances); one that still does not read
+				// counts as unknown: one slice.
+				if n, err := fairshare.MIGSlices(in.Profile); err == nil {
+					c.mig[in.UUID] = n
+				}
+			}
+		})
+	})
 }
 
 // of is fairshare.Cards.CapacityMiB; safe from Volcano's parallel workers.
 func (c *cardCapacities) of(uuid string) (int64, bool) {
-	c.once.Do(func() {
-		c.mib = map[string]int64{}
-		c.ledger.EachCard(func(_ string, card *placement.CardState) {
-			if !card.MIG {
-				c.mib[card.UUID] = card.CapacityMiB
-			}
-		})
-	})
+	c.read()
 	mib, ok := c.mib[uuid]
 	return mib, ok
+}
+
+// slices is fairshare.Cards.InstanceSlices; safe from Volcano's parallel workers.
+func (c *cardCapacities) slices(mig string) (float64, bool) {
+	c.read()
+	n, ok := c.mig[mig]
+	return n, ok
 }

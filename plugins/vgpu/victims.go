@@ -209,7 +209,7 @@ func (p *vgpuPlugin) evictableReady(tj *vapi.JobInfo, task *vapi.TaskInfo, vj *v
 		m := victimJobMemo{job: vj, ready: vj.ReadyTaskNum()}
 		if tj.Queue != vj.Queue {
 			q := p.ssn.Queues[vj.Queue]
-			m.above = q != nil && q.Reclaimable() && p.shares != nil && p.shares.AboveShare(vj.Queue)
+			m.above = q != nil && q.Reclaimable() && p.shares != nil && p.shares.AboveShareFor(vj.Queue, p.evictorCost(task))
 		}
 		if memo == nil {
 			memo = &m
@@ -225,6 +225,17 @@ func (p *vgpuPlugin) evictableReady(tj *vapi.JobInfo, task *vapi.TaskInfo, vj *v
 		return ready, victim.Priority < task.Priority || vj.Priority < tj.Priority
 	}
 	return ready, memo.above
+}
+
+// evictorCost is what an evicting task asks of the queue shares, so that reclaim takes
+// from queues above their share in a dimension the task asks for (MIG slices for a MIG
+// task, card memory and cores for a card task: shares.AboveShareFor); zero for a task
+// whose request the plugin does not read (a DRA task: card memory and cores).
+func (p *vgpuPlugin) evictorCost(task *vapi.TaskInfo) fairshare.Amount {
+	if tr := p.request(task); tr != nil && tr.Err == nil && p.shares != nil {
+		return p.shares.Cost(tr.Req.Containers, tr.Req.Tenancy().IdleOnly)
+	}
+	return fairshare.Amount{}
 }
 
 // gangSpare is how many of a job's running members may be evicted. Under reclaim

@@ -81,8 +81,10 @@ func (l *Ledger) forHealthyCards(withoutCordoned bool, fn func(c *placement.Card
 
 // CardTotals sums the schedulable memory and compute of every card that can take
 // vGPU tasks (healthy, not MIG, neither it nor its node cordoned), and the mean card
-// memory: the supply the queue shares divide. Cards in MIG mode add nothing: whole
-// instances are not counted in the queue shares (fairshare.Cards.Requested says why).
+// memory: the supply the queue shares divide. Cards in MIG mode that take pods by the
+// same rule (healthy, neither it nor its node cordoned) add their compute slices
+// (fairshare.CardMIGSlices) to the MIG dimension only, never to card memory, cores or
+// the mean (fairshare.Cards.Requested says why).
 // The cards of DRA nodes that take claims add their memory and 100 cores each; they do
 // not count in the mean either (it costs vGPU requests, which never go there).
 func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
@@ -100,6 +102,16 @@ func (l *Ledger) CardTotals() (fairshare.Amount, int64) {
 		total.MemoryMiB += float64(c.CapacityMiB)
 		total.Cores += 100
 	})
+	for _, n := range l.nodes {
+		if l.cordoned[n.Name] {
+			continue
+		}
+		for i := range n.Cards {
+			if c := &n.Cards[i]; c.Healthy && c.MIG && c.Cordon == nil {
+				total.MIGSlices += fairshare.CardMIGSlices(c.Card)
+			}
+		}
+	}
 	if cards == 0 {
 		return total, 0
 	}

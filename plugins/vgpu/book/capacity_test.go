@@ -65,3 +65,24 @@ func TestACardHeldIdleOnlyHasNothingFree(t *testing.T) {
 		t.Fatalf("free %+v, total %+v; want one whole card free of two", free, total)
 	}
 }
+
+// Cards in MIG mode add their compute slices, from their model's profile table, to the
+// queue shares' MIG supply and nothing to card memory or cores; an unhealthy or
+// cordoned MIG card, or one on a cordoned node, adds nothing, as for other cards.
+func TestCardTotalsCountMIGSlices(t *testing.T) {
+	l := NewLedger()
+	a, b, c := migNode("a", "3g.40gb", "2g.20gb"), migNode("b"), migNode("c", "7g.80gb")
+	for _, n := range []*placement.Node{a, b, c} {
+		l.AddNode(n)
+	}
+	total, mean := l.CardTotals()
+	if total.MIGSlices != 21 || total.MemoryMiB != 3*81559 || total.Cores != 300 || mean != 81559 {
+		t.Fatalf("totals %+v, mean %d; want 21 MIG slices (three H100s, whatever their layouts) beside the plain cards", total, mean)
+	}
+	a.Cards[0].Cordon = &api.CardCordon{Reason: "fan"}
+	b.Cards[0].Healthy = false
+	l.MarkCordoned("c")
+	if total, _ := l.CardTotals(); total.MIGSlices != 0 {
+		t.Fatalf("cordoned and unhealthy MIG cards add %v slices, want none", total.MIGSlices)
+	}
+}

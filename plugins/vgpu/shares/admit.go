@@ -3,6 +3,7 @@ package shares
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -21,7 +22,7 @@ func (s *Shares) Admit(queue vapi.QueueID, cost fairshare.Amount) (bool, string)
 		return true, ""
 	}
 	after := q.allocated.Add(cost)
-	if after.Within(q.deserved) {
+	if after.Within(fairshare.OpenUnasked(q.deserved, cost)) {
 		return true, ""
 	}
 	// A queue below its share may place one more task even if that takes it past:
@@ -48,6 +49,12 @@ func (s *Shares) Admit(queue vapi.QueueID, cost fairshare.Amount) (bool, string)
 	if cost.Cores > 0 && !(fairshare.Amount{Cores: after.Cores}).Within(fairshare.Amount{Cores: q.deserved.Cores}) {
 		over = append(over, fmt.Sprintf("cores %.0f held + %.0f asked > %.0f deserved", q.allocated.Cores, cost.Cores, q.deserved.Cores))
 	}
+	// With no MIG card taking pods (none, or every one cordoned or being re-partitioned)
+	// there is no MIG share to hold a pod to: it waits for the instances themselves,
+	// with the predicate's reasons.
+	if cost.MIGSlices > 0 && s.total.MIGSlices > 0 && !after.MIG().Within(q.deserved.MIG()) {
+		over = append(over, fmt.Sprintf("MIG slices %.0f held + %.0f asked > %s deserved", q.allocated.MIGSlices, cost.MIGSlices, slices(q.deserved.MIGSlices)))
+	}
 	if len(over) == 0 {
 		// Only a dimension the task does not ask for is over: nothing to hold it to.
 		return true, ""
@@ -62,7 +69,8 @@ func (s *Shares) spare(queue vapi.QueueID) fairshare.Amount {
 	self := -1
 	for i, id := range s.order {
 		q := s.queues[id]
-		hs[i] = fairshare.Holding{Allocated: q.allocated, Deserved: q.deserved, Request: s.reachable(q), MinAsk: q.minAsk}
+		hs[i] = fairshare.Holding{Allocated: q.allocated, Deserved: q.deserved, Request: s.reachable(q), MinAsk: q.minAsk,
+			MinMIGAsk: q.minMIGAsk}
 		if id == queue {
 			self = i
 		}
@@ -71,12 +79,20 @@ func (s *Shares) spare(queue vapi.QueueID) fairshare.Amount {
 }
 
 // AboveShare reports whether a queue holds more card memory or cores than it
-// deserves: reclaim may take from it.
+// deserves: reclaim may take from it for a task that asks for cards.
 func (s *Shares) AboveShare(queue vapi.QueueID) bool {
+	return s.AboveShareFor(queue, fairshare.Amount{})
+}
+
+// AboveShareFor reports whether a queue holds more than it deserves in a dimension
+// that a task costing cost asks for (fairshare.OpenUnasked): reclaim may take from it
+// for that task. A queue above its MIG share is no victim for a card task, nor a queue
+// above its card share for a MIG task.
+func (s *Shares) AboveShareFor(queue vapi.QueueID, cost fairshare.Amount) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	q, ok := s.queues[queue]
-	return ok && !q.allocated.Within(q.deserved)
+	return ok && !q.allocated.Within(fairshare.OpenUnasked(q.deserved, cost))
 }
 
 // MayReclaim reports whether a queue may take cards back for a task costing cost:
@@ -88,7 +104,7 @@ func (s *Shares) MayReclaim(queue vapi.QueueID, cost fairshare.Amount) bool {
 	if !ok {
 		return true
 	}
-	return q.allocated.Add(cost).Within(q.deserved) || fairshare.Below(q.allocated, q.deserved, cost)
+	return q.allocated.Add(cost).Within(fairshare.OpenUnasked(q.deserved, cost)) || fairshare.Below(q.allocated, q.deserved, cost)
 }
 
 // BeyondCapability says why the cheapest need of costs can never be held by the
@@ -122,7 +138,8 @@ func (s *Shares) Entitled(queue vapi.QueueID, costs []fairshare.Amount, need int
 	if !ok || need <= 0 || len(costs) == 0 {
 		return false
 	}
-	return Cheapest(costs, need).Within(q.deserved.Sub(q.allocated))
+	sum := Cheapest(costs, need)
+	return sum.Within(fairshare.OpenUnasked(q.deserved.Sub(q.allocated), sum))
 }
 
 // Cheapest sums, per dimension, the need smallest of costs: if even they exceed a
@@ -141,5 +158,10 @@ func Cheapest(costs []fairshare.Amount, need int) fairshare.Amount {
 		return total
 	}
 	return fairshare.Amount{MemoryMiB: sum(func(a fairshare.Amount) float64 { return a.MemoryMiB }),
-		Cores: sum(func(a fairshare.Amount) float64 { return a.Cores })}
+		Cores:     sum(func(a fairshare.Amount) float64 { return a.Cores }),
+		MIGSlices: sum(func(a fairshare.Amount) float64 { return a.MIGSlices })}
 }
+
+// slices writes a deserved number of MIG slices, to the slice ("3.5" when weights
+// split one).
+func slices(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -31,10 +31,12 @@ func (s *Shares) Compare(l, r *vapi.QueueInfo) int {
 }
 
 // served is how much of its share a queue holds, in its most-served dimension
-// (held ÷ deserved; +Inf for a queue holding cards it does not deserve).
+// (held ÷ deserved, MIG slices included; +Inf for a queue holding cards or instances
+// it does not deserve).
 func (q *queue) served() float64 {
 	ratio := 0.0
-	for _, d := range [][2]float64{{q.allocated.MemoryMiB, q.deserved.MemoryMiB}, {q.allocated.Cores, q.deserved.Cores}} {
+	for _, d := range [][2]float64{{q.allocated.MemoryMiB, q.deserved.MemoryMiB}, {q.allocated.Cores, q.deserved.Cores},
+		{q.allocated.MIGSlices, q.deserved.MIGSlices}} {
 		switch {
 		case d[1] > 0:
 			ratio = math.Max(ratio, d[0]/d[1])

@@ -63,9 +63,10 @@ type queue struct {
 	request   fairshare.Amount
 	allocated fairshare.Amount
 	deserved  fairshare.Amount
-	// minAsk is the cost of the queue's smallest pending vGPU task at session open
-	// (zero when none is pending): a share smaller than it cannot be used.
-	minAsk fairshare.Amount
+	// minAsk is the cost of the queue's smallest pending vGPU task that asks for card
+	// memory or cores at session open (zero when none is pending): a share smaller
+	// than it cannot be used. minMIGAsk is the same of its pending MIG tasks.
+	minAsk, minMIGAsk fairshare.Amount
 	// claimRequest is the part of request that DRA tasks hold and ask (claims.go).
 	claimRequest fairshare.Amount
 }
@@ -115,6 +116,12 @@ func (s *Shares) Ask(q *vapi.QueueInfo, cost fairshare.Amount) {
 	defer s.mu.Unlock()
 	qs := s.queue(q)
 	qs.request = qs.request.Add(cost)
+	if cost.MIGSlices > 0 && (qs.minMIGAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, qs.minMIGAsk)) {
+		qs.minMIGAsk = cost
+	}
+	if cost.MIGSlices > 0 && cost.MemoryMiB == 0 && cost.Cores == 0 {
+		return // asks for no card memory or cores: no card task
+	}
 	if qs.minAsk == (fairshare.Amount{}) || fairshare.Smaller(cost, qs.minAsk) {
 		qs.minAsk = cost
 	}
@@ -176,6 +183,7 @@ func (s *Shares) reachable(q *queue) fairshare.Amount {
 	return fairshare.Amount{
 		MemoryMiB: capped(dp.MemoryMiB, other.MemoryMiB) + capped(q.claimRequest.MemoryMiB, s.claimSupply.MemoryMiB),
 		Cores:     capped(dp.Cores, other.Cores) + capped(q.claimRequest.Cores, s.claimSupply.Cores),
+		MIGSlices: capped(q.request.MIGSlices, s.total.MIGSlices), // claims never ask for MIG instances
 	}
 }
 
