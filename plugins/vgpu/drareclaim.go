@@ -8,7 +8,10 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins/capacity"
+	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
 )
 
 // The claim reclaimer: Tessera takes cards back for claims itself, because Volcano
@@ -25,10 +28,16 @@ import (
 // session's actions, which treat them as Volcano's own evictions.
 
 // reclaimForClaims evicts for one pending DRA pod, as above; cb is what readClaims read.
-// It does nothing with vgpu.DRAReclaim or vgpu.QueueShare off, while the scheduler's
-// cache is loading, and while earlier victims or their claims are still going.
+// It does nothing with vgpu.DRAReclaim or vgpu.QueueShare off, when a queue plugin
+// opened before vgpu (openedBefore), while the scheduler's cache is loading, and while
+// earlier victims or their claims are still going.
 func (p *vgpuPlugin) reclaimForClaims(ssn *framework.Session, cb *claimBook) {
 	if !p.args.DRAReclaim || p.shares == nil || cb == nil || len(cb.byKey) == 0 {
+		return
+	}
+	if first := queuePluginOpenedBefore(ssn.Tiers); first != "" {
+		klog.V(2).InfoS("No DRA reclaim: a queue plugin opens before vgpu; put vgpu in an earlier tier",
+			"plugin", first)
 		return
 	}
 	nodes := p.draNodes(ssn)
@@ -59,6 +68,28 @@ func (p *vgpuPlugin) reclaimForClaims(ssn *framework.Session, cb *claimBook) {
 		p.evictForClaims(ssn, evictor, node, victims)
 		return // one evictor a session
 	}
+}
+
+// queuePluginOpenedBefore names the first of Volcano's proportion and capacity plugins
+// that the tiers open before vgpu, or "" when vgpu opens first. Either keeps, from its
+// own open, each queue's allocated resources and the part of its jobs beyond their
+// minimum (elastic), takes an evicted pod off the first only, and in enqueue subtracts
+// the second from a sum holding the first, which Volcano's resource arithmetic refuses
+// with a panic once the first is the smaller. Volcano's own evictions come after
+// enqueue; an eviction at vgpu's open comes before it, so it is safe only when vgpu
+// opens first and those plugins read the victims already Releasing.
+func queuePluginOpenedBefore(tiers []conf.Tier) string {
+	for _, t := range tiers {
+		for _, o := range t.Plugins {
+			switch o.Name {
+			case PluginName:
+				return ""
+			case proportion.PluginName, capacity.PluginName:
+				return o.Name
+			}
+		}
+	}
+	return ""
 }
 
 // draNodes are the session's nodes that are DRA nodes of the card book, by name.

@@ -10,9 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	schedulingv1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
+	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
 	"volcano.sh/volcano/pkg/scheduler/actions/reclaim"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
+	"volcano.sh/volcano/pkg/scheduler/plugins/proportion"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 	"volcano.sh/volcano/pkg/scheduler/util"
 )
@@ -228,4 +231,50 @@ func TestTheReclaimerLeavesAlone(t *testing.T) {
 		st := reclaimState{gone: map[string]bool{"a-3": true}}
 		st.session(t) // b-0 fits card-3: allocate's to place, not the reclaimer's
 	})
+}
+
+// TestTheReclaimerWaitsForTheQueuePluginsToOpen: fullDRANode, where the reclaimer
+// evicts a-0 for b, with a's second job pending (a minimum set, as Volcano's job
+// controller sets it) so that enqueue asks proportion about queue a after the
+// eviction. In the chart's layout (vgpu in the first tier) proportion opens after the
+// eviction and counts a-0 as Releasing: enqueue runs. Where vgpu opens after
+// proportion (a conf with vgpu in the last tier), an eviction at vgpu's open takes
+// a-0 off proportion's allocated but not off its elastic, and enqueue panics in
+// Volcano's resource arithmetic ("resource is not sufficient"): the reclaimer must
+// evict nothing there.
+func TestTheReclaimerWaitsForTheQueuePluginsToOpen(t *testing.T) {
+	vgpuLast := draEvictTiers(true)
+	vgpuLast[1].Plugins = append(vgpuLast[1].Plugins, vgpuLast[0].Plugins[3])
+	vgpuLast[0].Plugins = vgpuLast[0].Plugins[:3]
+	for _, c := range []struct {
+		name    string
+		tiers   []conf.Tier
+		first   string
+		evicted []string
+	}{
+		{"vgpu opening first", draEvictTiers(true), "", []string{"ns/a-0"}},
+		{"proportion opening first", vgpuLast, proportion.PluginName, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := queuePluginOpenedBefore(c.tiers); got != c.first {
+				t.Fatalf("queuePluginOpenedBefore = %q, want %q", got, c.first)
+			}
+			tc := fullDRANode()
+			pg := util.BuildPodGroup("pg-a2", "ns", "a", 1, nil, schedulingv1.PodGroupPending)
+			pg.Spec.MinResources = &corev1.ResourceList{}
+			tc.PodGroups = append(tc.PodGroups, pg)
+			tc.Pods = append(tc.Pods, cpuPod("a2-0", "pg-a2"))
+			testSched = NewScheduler()
+			var p *vgpuPlugin
+			tc.Plugins = evictBuilders(&p)
+			tc.RegisterSession(c.tiers, nil)
+			t.Cleanup(tc.Close)
+			t.Cleanup(testSched.Close)
+			tc.Run([]framework.Action{enqueue.New(), allocate.New()}) // panicked before the check
+			tc.ExpectEvictNum, tc.ExpectEvicted = len(c.evicted), c.evicted
+			if err := tc.CheckEvict(0); err != nil {
+				t.Fatalf("evictions: %v", err)
+			}
+		})
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/actions/allocate"
 	"volcano.sh/volcano/pkg/scheduler/actions/enqueue"
 	vapi "volcano.sh/volcano/pkg/scheduler/api"
+	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 	"volcano.sh/volcano/pkg/scheduler/util"
@@ -43,18 +44,23 @@ import (
 // are deleted. At every session's open, the card book holds on each DRA card exactly
 // what the allocated claims hold there (each claim booked once, none skipped). After
 // every session, on what the API server holds: no card is over its memory or cores
-// counting both kinds, no device-plugin pod is on a DRA node and no claim on a
+// counting both kinds (of the claims, those the agent prepared), no device-plugin pod is on a DRA node and no claim on a
 // device-plugin node, each claim is reserved for its own pod only and names no card
 // twice, and each queue's allocated card memory and cores in the plugin's ledger equal
-// what its pods' assignments and allocated claims hold. A seed replays the world's
-// random choices (arrivals, sizes, completions) and Volcano's own orders are not
-// seeded, so a failing seed reproduces the workload, not always the same placements.
+// what its pods' assignments and allocated claims hold. Even seeds run the chart's
+// tiers (vgpu first, its claim reclaimer evicting at its open), odd seeds vgpu in the
+// last tier after proportion (the reclaimer must not evict). The node agent is
+// modelled at prepare: a claim the allocator over-commits its card with, in one
+// session, waits unprepared until the card has room. A seed gives the same placements
+// run after run (draSoakPlugin says how), so a failing seed can be rerun.
 
 var draSoakSeed = flag.Int64("dra-soak-seed", 0, "run the mixed DRA soak with this seed only (0: its fixed seeds)")
 
 func TestMixedDRASoak(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.DRAConsumableCapacity, true)
-	seeds, sessions := []int64{1, 2, 3, 4}, 10
+	// Seed 56 runs the chart's tiers and its reclaimer evicts (in vgpu's open, before
+	// proportion's, which panicked when proportion opened first).
+	seeds, sessions := []int64{1, 2, 3, 4, 56}, 10
 	if testing.Short() {
 		seeds, sessions = []int64{1}, 5
 	}
@@ -63,20 +69,51 @@ func TestMixedDRASoak(t *testing.T) {
 	}
 	var total draSoakStats
 	for _, seed := range seeds {
-		w := newDRASoakWorld(seed)
-		for s := 0; s < sessions; s++ {
-			if msg := w.session(t); msg != "" {
-				t.Fatalf("seed %d (rerun with -dra-soak-seed=%d), session %d: %s", seed, seed, s, msg)
-			}
-			w.perturb()
-		}
-		total.add(w.stats)
+		total.add(runDRASoak(t, seed, sessions).stats)
 	}
 	t.Logf("seeds %v × %d sessions: %+v", seeds, sessions, total)
-	if *draSoakSeed == 0 && (total.DPBound == 0 || total.ClaimsBound == 0 || total.WholeCards == 0 || total.RefusedClaims == 0 ||
-		total.Finished == 0 || total.QueuesChecked == 0 || total.CardBooks == 0 || total.IdleOnlyBound == 0) {
+	if *draSoakSeed != 0 || testing.Short() {
+		return // one seed, or the short run's: too few sessions to see every case
+	}
+	if total.DPBound == 0 || total.ClaimsBound == 0 || total.WholeCards == 0 || total.RefusedClaims == 0 ||
+		total.Finished == 0 || total.QueuesChecked == 0 || total.CardBooks == 0 || total.IdleOnlyBound == 0 {
 		t.Errorf("the soak did not place both kinds, refuse a gang of claims, finish pods and check queues holding cards: %+v", total)
 	}
+	if total.Evicted == 0 {
+		t.Errorf("the claim reclaimer evicted nothing in the soak: %+v", total)
+	}
+}
+
+// TestMixedDRASoakIsReproducible: a seed gives the same placements, evictions and
+// claims' cards run after run, so that a failing seed can be rerun and debugged.
+func TestMixedDRASoakIsReproducible(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.DRAConsumableCapacity, true)
+	seeds := []int64{3, 4}
+	if *draSoakSeed != 0 {
+		seeds = []int64{*draSoakSeed}
+	}
+	for _, seed := range seeds {
+		first, again := runDRASoak(t, seed, 10).trace, runDRASoak(t, seed, 10).trace
+		for i := range first {
+			if first[i] != again[i] {
+				t.Fatalf("seed %d differs between two runs:\n%s\n%s", seed, first[i], again[i])
+			}
+		}
+	}
+}
+
+// runDRASoak runs the world of seed through sessions sessions, failing t on the first
+// broken invariant.
+func runDRASoak(t *testing.T, seed int64, sessions int) *draSoakWorld {
+	t.Helper()
+	w := newDRASoakWorld(seed)
+	for s := 0; s < sessions; s++ {
+		if msg := w.session(t); msg != "" {
+			t.Fatalf("seed %d (rerun with -dra-soak-seed=%d), session %d: %s", seed, seed, s, msg)
+		}
+		w.perturb()
+	}
+	return w
 }
 
 type draSoakStats struct {
@@ -86,6 +123,9 @@ type draSoakStats struct {
 	QueuesChecked, CardBooks int
 	// IdleOnlyBound counts, over the checks, the bound idle-only pods charged whole cards.
 	IdleOnlyBound int
+	// RefusedAtPrepare counts the claims the agent refused, their cards over-committed
+	// by the allocator in the session that allocated them.
+	RefusedAtPrepare int
 }
 
 func (s *draSoakStats) add(o draSoakStats) {
@@ -97,6 +137,7 @@ func (s *draSoakStats) add(o draSoakStats) {
 	s.QueuesChecked += o.QueuesChecked
 	s.CardBooks += o.CardBooks
 	s.IdleOnlyBound += o.IdleOnlyBound
+	s.RefusedAtPrepare += o.RefusedAtPrepare
 	s.Finished += o.Finished
 	s.Deleted += o.Deleted
 	s.Evicted += o.Evicted
@@ -123,15 +164,30 @@ type draSoakWorld struct {
 	// evicting are the pods the session evicted (the plugin's claim reclaimer): they hold
 	// their cards until perturb lets them go, and no queue is charged for them.
 	evicting map[string]bool
-	next     int
-	stats    draSoakStats
+	// vgpuFirst: the chart's layout, vgpu in the first tier and so opened before
+	// proportion, where the claim reclaimer may evict at vgpu's open; otherwise vgpu in
+	// the last tier (confs written before it chose victims), where it must not.
+	vgpuFirst bool
+	// sessions counts the sessions run; allocatedIn is the session that allocated each
+	// claim.
+	sessions    int
+	allocatedIn map[string]int
+	// unprepared are the allocated claims the node agent refuses at prepare, their
+	// card over-committed by the allocator: their pods wait in ContainerCreating, the
+	// agent retrying them each session until the card has room.
+	unprepared map[string]bool
+	// trace is what each session placed and evicted, in order, for comparing runs.
+	trace []string
+	next  int
+	stats draSoakStats
 }
 
 func newDRASoakWorld(seed int64) *draSoakWorld {
 	r := rand.New(rand.NewSource(seed))
 	testSched = NewScheduler() // one scheduler for all the seed's sessions, as vc-scheduler has
 	w := &draSoakWorld{r: r, dra: map[string]bool{}, jobs: map[string]*draSoakJob{}, pods: map[string]*corev1.Pod{}, evicting: map[string]bool{},
-		claims: map[string]*resourceapi.ResourceClaim{}}
+		claims: map[string]*resourceapi.ResourceClaim{}, allocatedIn: map[string]int{}, unprepared: map[string]bool{},
+		vgpuFirst: seed%2 == 0} // not drawn from r, so that the seeds' worlds stay as they were
 	for i, n := 0, 1+r.Intn(2); i < n; i++ {
 		w.nodes = append(w.nodes, gpuNode(fmt.Sprintf("dp-%d", i), 2+r.Intn(2), "NVIDIA A100", draSoakCardMiB))
 	}
@@ -232,11 +288,24 @@ func (w *draSoakWorld) scene() *uthelper.TestCommonStruct {
 // session runs enqueue and allocate, reads back what was bound (a claim's allocation
 // as the predicates plugin's PreBind wrote it), and checks the invariants.
 func (w *draSoakWorld) session(t *testing.T) string {
+	w.sessions++
 	tc := w.scene()
 	var p *vgpuPlugin
-	tc.Plugins = builders(&p)
-	ssn := tc.RegisterSession(draTiers(), nil)
+	tc.Plugins = evictBuilders(&p)
+	tiers := draEvictTiers(true)
+	if !w.vgpuFirst {
+		i := slices.IndexFunc(tiers[0].Plugins, func(o conf.PluginOption) bool { return o.Name == PluginName })
+		tiers[1].Plugins = append(tiers[1].Plugins, tiers[0].Plugins[i])
+		tiers[0].Plugins = slices.Delete(tiers[0].Plugins, i, i+1)
+	}
+	soak := &draSoakPlugin{claims: tc.ResourceClaims, slices: len(tc.ResourceSlices)}
+	tc.Plugins[draSoakPluginName] = func(framework.Arguments) framework.Plugin { return soak }
+	tiers[0].Plugins = append([]conf.PluginOption{{Name: draSoakPluginName, EnabledNodeOrder: ptr.To(true)}}, tiers[0].Plugins...)
+	ssn := tc.RegisterSession(tiers, nil)
 	defer tc.Close()
+	if soak.err != nil {
+		return soak.err.Error()
+	}
 	if msg := w.checkCardBook(p); msg != "" {
 		return msg
 	}
@@ -254,6 +323,11 @@ func (w *draSoakWorld) session(t *testing.T) string {
 // with the assignment the plugin wrote, a pod of claims bound once its claim's
 // allocation is written.
 func (w *draSoakWorld) readBack(ssn *framework.Session) string {
+	var placed []string
+	defer func() {
+		sort.Strings(placed)
+		w.trace = append(w.trace, fmt.Sprintf("session %d: %s", w.sessions, strings.Join(placed, ", ")))
+	}()
 	for _, job := range ssn.Jobs {
 		wj, ok := w.jobs[job.PodGroup.Name]
 		if !ok {
@@ -271,8 +345,12 @@ func (w *draSoakWorld) readBack(ssn *framework.Session) string {
 		for _, task := range job.Tasks {
 			pod := w.pods[task.Name]
 			if pod != nil && pod.Spec.NodeName != "" && task.Status == vapi.Releasing && !w.evicting[task.Name] {
+				if !w.vgpuFirst {
+					return fmt.Sprintf("pod %s was evicted at vgpu's open although proportion opened first", task.Name)
+				}
 				w.evicting[task.Name] = true
 				w.stats.Evicted++
+				placed = append(placed, "evicted "+task.Name)
 				continue
 			}
 			if pod == nil || pod.Spec.NodeName != "" || task.NodeName == "" || task.Status == vapi.Pending {
@@ -287,6 +365,12 @@ func (w *draSoakWorld) readBack(ssn *framework.Session) string {
 					return fmt.Sprintf("pod %s placed on %s: %v", task.Name, task.NodeName, err)
 				}
 				w.claims[task.Name] = c
+				w.allocatedIn[task.Name] = w.sessions
+				var on []string
+				for _, r := range c.Status.Allocation.Devices.Results {
+					on = append(on, r.Device)
+				}
+				placed = append(placed, fmt.Sprintf("%s on %s %v", task.Name, task.NodeName, on))
 				w.stats.ClaimsBound++
 				if c.Spec.Devices.Requests[0].Exactly.Capacity == nil {
 					w.stats.WholeCards++
@@ -294,12 +378,74 @@ func (w *draSoakWorld) readBack(ssn *framework.Session) string {
 			} else {
 				pod.Annotations = task.Pod.DeepCopy().Annotations
 				w.stats.DPBound++
+				placed = append(placed, fmt.Sprintf("%s on %s %s", task.Name, task.NodeName, pod.Annotations[api.AnnotationAssignment]))
 			}
 			pod.Spec.NodeName, pod.Status.Phase = task.NodeName, corev1.PodRunning
 			wj.pg.Status.Phase = schedulingv1.PodGroupRunning
 		}
 	}
 	return ""
+}
+
+// draSoakPlugin is the soak's own plugin, opened first, so that a seed gives the same
+// placements run after run (TestMixedDRASoakIsReproducible):
+//   - It waits until the session's DRA manager lists the scene's claims, as allocated
+//     as the scene has them, and its slices. The test cache's informers have synced
+//     when the session opens, but the claim and slice trackers fill from their events
+//     on goroutines of their own, and at times had not yet seen a claim: the card book
+//     then missed it, or the allocator gave its card away again.
+//   - Volcano picks at random among the nodes of the best score (its global random
+//     source, which a test cannot seed), so it adds to each node's score a millionth
+//     per place of the node's name in the sorted names, below any difference the
+//     other plugins' scores make.
+type draSoakPlugin struct {
+	claims []*resourceapi.ResourceClaim
+	slices int
+	err    error
+}
+
+const draSoakPluginName = "drasoak"
+
+func (*draSoakPlugin) Name() string { return draSoakPluginName }
+
+func (d *draSoakPlugin) OnSessionOpen(ssn *framework.Session) {
+	d.err = waitForDRAManager(ssn, d.claims, d.slices)
+	names := sortedKeys(ssn.Nodes)
+	ssn.AddNodeOrderFn(draSoakPluginName, func(_ *vapi.TaskInfo, n *vapi.NodeInfo) (float64, error) {
+		i, _ := slices.BinarySearch(names, n.Name)
+		return float64(i+1) * 1e-6, nil
+	})
+}
+
+func (*draSoakPlugin) OnSessionClose(*framework.Session) {}
+
+// waitForDRAManager waits up to 10 s for the session's DRA manager to list every one
+// of claims, allocated where it is, and n slices.
+func waitForDRAManager(ssn *framework.Session, claims []*resourceapi.ResourceClaim, n int) error {
+	want := map[string]bool{} // name -> allocated
+	for _, c := range claims {
+		want[c.Name] = c.Status.Allocation != nil
+	}
+	m := ssn.SharedDRAManager()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		listed, errC := m.ResourceClaims().List()
+		sl, errS := m.ResourceSlices().ListWithDeviceTaintRules()
+		seen := 0
+		for _, c := range listed {
+			if allocated, ok := want[c.Name]; ok && allocated == (c.Status.Allocation != nil) {
+				seen++
+			}
+		}
+		if errC == nil && errS == nil && seen == len(want) && len(sl) == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the DRA manager lists %d of the %d claims and %d of the %d slices 10 s after the session opened (%v, %v)",
+				seen, len(want), len(sl), n, errC, errS)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // allocatedClaimFrom waits for the predicates plugin's PreBind (on Volcano's binding
@@ -347,8 +493,7 @@ func (w *draSoakWorld) checkCardBook(p *vgpuPlugin) string {
 
 // check verifies the invariants on the world, and the plugin's queue ledger against it.
 func (w *draSoakWorld) check(p *vgpuPlugin) string {
-	type cardKey struct{ node, uuid string }
-	capacity := map[cardKey]int64{}
+	capacity := map[draSoakCard]int64{}
 	inventory := map[string][]api.Card{}
 	for _, n := range w.nodes {
 		inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
@@ -357,10 +502,11 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 		}
 		inventory[n.Name] = inv.Cards
 		for _, c := range inv.Cards {
-			capacity[cardKey{n.Name, c.UUID}] = c.MemoryMiB
+			capacity[draSoakCard{n.Name, c.UUID}] = c.MemoryMiB
 		}
 	}
-	usedMiB, usedCores := map[cardKey]int64{}, map[cardKey]int64{}
+	usedMiB, usedCores := map[draSoakCard]int64{}, map[draSoakCard]int64{}
+	held := map[string][]dracost.Share{} // each bound pod's claim, by pod
 	perQueue := map[string]fairshare.Amount{}
 	queueOf := func(pod string) string {
 		return w.jobs[w.pods[pod].Annotations[schedulingv1.KubeGroupNameAnnotationKey]].pg.Spec.Queue
@@ -388,10 +534,8 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 				if s.Node != pod.Spec.NodeName {
 					return fmt.Sprintf("claim %s holds card %s on %s, its pod is on %s", name, s.UUID, s.Node, pod.Spec.NodeName)
 				}
-				k := cardKey{s.Node, s.UUID}
-				usedMiB[k] += s.MemoryMiB
-				usedCores[k] += int64(s.Cores)
 			}
+			held[name] = shares
 			if !w.evicting[name] {
 				perQueue[queueOf(name)] = perQueue[queueOf(name)].Add(dracost.Sum(shares))
 			}
@@ -407,7 +551,7 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 		if !w.evicting[name] {
 			// An idle-only pod is charged each of its cards whole, as the scheduler charges it.
 			cards := fairshare.Cards{CapacityMiB: func(uuid string) (int64, bool) {
-				mib, ok := capacity[cardKey{a.Node, uuid}]
+				mib, ok := capacity[draSoakCard{a.Node, uuid}]
 				return mib, ok
 			}}
 			idle := api.HoldsIdleOnly(pod.Annotations)
@@ -418,11 +562,14 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 		}
 		for _, ctr := range a.Containers {
 			for _, card := range ctr.Cards {
-				k := cardKey{a.Node, card.UUID}
+				k := draSoakCard{a.Node, card.UUID}
 				usedMiB[k] += card.MemoryMiB
 				usedCores[k] += int64(card.Cores)
 			}
 		}
+	}
+	if msg := w.prepare(held, capacity, usedMiB, usedCores); msg != "" {
+		return msg
 	}
 	for k, mib := range usedMiB {
 		if mib > capacity[k] || usedCores[k] > 100 {
@@ -447,6 +594,63 @@ func (w *draSoakWorld) check(p *vgpuPlugin) string {
 	return ""
 }
 
+// draSoakCard is a card of a node.
+type draSoakCard struct{ node, uuid string }
+
+// prepare is the node agent preparing the bound pods' claims (their shares in held),
+// adding to usedMiB and usedCores what the prepared ones hold: the claims prepared in
+// earlier sessions keep their cards, then the others, by name, are prepared where they
+// fit beside them and refused otherwise (their pods wait, and are tried again next
+// session), as the agent refuses a claim that over-commits its card. Kubernetes 1.34.2's
+// allocator over-commits a card only among the claims it allocates in one session:
+// a claim refused on a card that holds no other claim allocated in its session is an
+// over-commit against what earlier sessions left, which the allocator reads exactly,
+// and fails the soak (the world, or the card book, lost a claim).
+func (w *draSoakWorld) prepare(held map[string][]dracost.Share, capacity map[draSoakCard]int64, usedMiB, usedCores map[draSoakCard]int64) string {
+	names := sortedKeys(held)
+	earlier := func(name string) bool { return w.allocatedIn[name] < w.sessions && !w.unprepared[name] }
+	names = append(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !earlier(n) }),
+		slices.DeleteFunc(names, earlier)...)
+	newOn := map[draSoakCard]int{} // claims allocated this session, per card
+	for _, name := range names {
+		if w.allocatedIn[name] == w.sessions {
+			for _, s := range held[name] {
+				newOn[draSoakCard{s.Node, s.UUID}]++
+			}
+		}
+	}
+	for _, name := range names {
+		fits := true
+		for _, s := range held[name] {
+			k := draSoakCard{s.Node, s.UUID}
+			fits = fits && usedMiB[k]+s.MemoryMiB <= capacity[k] && usedCores[k]+int64(s.Cores) <= 100
+		}
+		if !fits {
+			if earlier(name) {
+				return fmt.Sprintf("claim %s, prepared in session %d, no longer fits its cards", name, w.allocatedIn[name])
+			}
+			if w.allocatedIn[name] == w.sessions && !w.unprepared[name] {
+				for _, s := range held[name] {
+					if newOn[draSoakCard{s.Node, s.UUID}] < 2 {
+						return fmt.Sprintf("claim %s allocated in session %d over-commits card %s on %s with what earlier sessions left there",
+							name, w.sessions, s.UUID, s.Node)
+					}
+				}
+				w.stats.RefusedAtPrepare++
+			}
+			w.unprepared[name] = true
+			continue
+		}
+		delete(w.unprepared, name)
+		for _, s := range held[name] {
+			k := draSoakCard{s.Node, s.UUID}
+			usedMiB[k] += s.MemoryMiB
+			usedCores[k] += int64(s.Cores)
+		}
+	}
+	return ""
+}
+
 // perturb changes the world between sessions: bound pods finish (their claims go with
 // them), pending jobs are deleted, new jobs arrive.
 func (w *draSoakWorld) perturb() {
@@ -456,8 +660,7 @@ func (w *draSoakWorld) perturb() {
 		for _, j := range w.jobs {
 			j.pods = slices.DeleteFunc(j.pods, func(p string) bool { return p == name })
 		}
-		delete(w.pods, name)
-		delete(w.claims, name)
+		w.forget(name)
 		delete(w.evicting, name)
 	}
 	for _, name := range sortedKeys(w.jobs) {
@@ -470,8 +673,7 @@ func (w *draSoakWorld) perturb() {
 		var left []string
 		for _, pod := range j.pods {
 			if w.pods[pod].Spec.NodeName != "" && r.Intn(4) == 0 {
-				delete(w.pods, pod)
-				delete(w.claims, pod)
+				w.forget(pod)
 				w.stats.Finished++
 				continue
 			}
@@ -489,10 +691,17 @@ func (w *draSoakWorld) perturb() {
 
 func (w *draSoakWorld) deleteJob(name string) {
 	for _, pod := range w.jobs[name].pods {
-		delete(w.pods, pod)
-		delete(w.claims, pod)
+		w.forget(pod)
 	}
 	delete(w.jobs, name)
+}
+
+// forget removes a pod that is gone, and its claim.
+func (w *draSoakWorld) forget(pod string) {
+	delete(w.pods, pod)
+	delete(w.claims, pod)
+	delete(w.allocatedIn, pod)
+	delete(w.unprepared, pod)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -502,4 +711,41 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestDRASoakAgentRefusesOverCommit: the soak's model of the node agent at prepare. Two
+// claims of one session that over-commit a card: the later by name is refused (its pod
+// waits) and prepared once the card has room; a claim that over-commits a card with
+// what earlier sessions left there fails the soak; a prepared claim keeps its card.
+func TestDRASoakAgentRefusesOverCommit(t *testing.T) {
+	card := draSoakCard{"dra-0", "GPU-dra-0-0"}
+	capacity := map[draSoakCard]int64{card: draSoakCardMiB}
+	share := func(mib int64, cores int) []dracost.Share {
+		return []dracost.Share{{Node: card.node, UUID: card.uuid, MemoryMiB: mib, Cores: cores}}
+	}
+	run := func(w *draSoakWorld, held map[string][]dracost.Share) (string, map[draSoakCard]int64) {
+		used, cores := map[draSoakCard]int64{}, map[draSoakCard]int64{}
+		msg := w.prepare(held, capacity, used, cores)
+		return msg, used
+	}
+	w := &draSoakWorld{sessions: 1, allocatedIn: map[string]int{"a": 1, "b": 1}, unprepared: map[string]bool{}}
+	held := map[string][]dracost.Share{"a": share(draSoakCardMiB, 100), "b": share(13312, 45)}
+	if msg, used := run(w, held); msg != "" || used[card] != draSoakCardMiB || !w.unprepared["b"] || w.stats.RefusedAtPrepare != 1 {
+		t.Fatalf("session 1: %q, %d MiB used, unprepared %v, %d refused; want b refused beside a", msg, used[card], w.unprepared,
+			w.stats.RefusedAtPrepare)
+	}
+	w.sessions = 2 // b still waits beside a, and is not counted again
+	if msg, _ := run(w, held); msg != "" || !w.unprepared["b"] || w.stats.RefusedAtPrepare != 1 {
+		t.Fatalf("session 2: %q, unprepared %v, %d refused", msg, w.unprepared, w.stats.RefusedAtPrepare)
+	}
+	w.sessions = 3 // a is gone: b is prepared
+	delete(held, "a")
+	if msg, used := run(w, held); msg != "" || used[card] != 13312 || len(w.unprepared) != 0 {
+		t.Fatalf("session 3: %q, %d MiB used, unprepared %v; want b prepared", msg, used[card], w.unprepared)
+	}
+	w.sessions, w.allocatedIn["c"] = 4, 4 // c alone this session, over what b holds
+	held["c"] = share(draSoakCardMiB, 100)
+	if msg, _ := run(w, held); !strings.Contains(msg, "claim c allocated in session 4 over-commits card") {
+		t.Fatalf("session 4: %q, want the over-commit against earlier sessions reported", msg)
+	}
 }
