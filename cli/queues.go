@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,13 +45,22 @@ type QueueView struct {
 	Reclaimable map[string]int `json:"reclaimable,omitempty"`
 }
 
-// Amount is card memory and card cores: MiB, and percent of a card's SMs (100 a card).
+// Amount is card memory and card cores: MiB, and percent of a card's SMs (100 a card);
+// and MIG slices, the compute slices of whole MIG instances (a 3g.40gb instance is 3),
+// a dimension of their own, absent from JSON when zero.
 type Amount struct {
 	MemoryMiB float64 `json:"memoryMiB"`
 	Cores     float64 `json:"cores"`
+	MIGSlices float64 `json:"migSlices,omitempty"`
 }
 
-func amountOf(a fairshare.Amount) Amount { return Amount{MemoryMiB: a.MemoryMiB, Cores: a.Cores} }
+func amountOf(a fairshare.Amount) Amount {
+	return Amount{MemoryMiB: a.MemoryMiB, Cores: a.Cores, MIGSlices: a.MIGSlices}
+}
+
+// HasMIG reports whether a queue holds or asks for MIG instances: only then do its
+// views show MIG slices.
+func (q *QueueView) HasMIG() bool { return q.Held.MIGSlices > 0 || q.Asked.MIGSlices > 0 }
 
 // queueLoad is what a queue's vGPU pods hold and ask, in fairshare's terms.
 type queueLoad struct {
@@ -128,10 +138,41 @@ func ShareCards(refMiB int64, oversub float64, capacityMiB map[string]int64) fai
 		}}
 }
 
+// MIGSupply is what the plugin's queue shares know of cards in MIG mode
+// (book.Ledger.CardTotals, the vgpu plugin's cardCapacities): the compute slices that
+// the healthy, uncordoned MIG cards of the nodes takes accepts add to the MIG supply
+// (fairshare.CardMIGSlices), and each instance's compute slices by its device UUID,
+// read off its profile, for fairshare.Cards.InstanceSlices.
+func (s *Snapshot) MIGSupply(takes func(node *corev1.Node) bool) (float64, func(mig string) (float64, bool)) {
+	total, slices := 0.0, map[string]float64{}
+	for _, st := range s.nodeStates() {
+		if st.engine == nil {
+			continue
+		}
+		for _, c := range st.engine.Cards {
+			if !c.MIG {
+				continue
+			}
+			for _, in := range c.MIGInstances {
+				if n, err := fairshare.MIGSlices(in.Profile); err == nil {
+					slices[in.UUID] = n
+				}
+			}
+			if c.Healthy && c.Cordon == nil && takes(st.node) {
+				total += fairshare.CardMIGSlices(c.Card)
+			}
+		}
+	}
+	return total, func(mig string) (float64, bool) {
+		n, ok := slices[mig]
+		return n, ok
+	}
+}
+
 // queueViews divides the schedulable cards among the snapshot's queues by the
 // plugin's rules (healthy, non-MIG cards of nodes that are not cordoned; demand is
 // what a queue's bound vGPU pods hold plus what its pending ones ask, an idle-only
-// pod's cards whole).
+// pod's cards whole), and the MIG slices of the MIG cards among them (MIGSupply).
 func (s *Snapshot) queueViews() map[string]*QueueView {
 	if len(s.Queues) == 0 {
 		return nil
@@ -160,6 +201,7 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 		refMiB = physical / cards
 	}
 	charge := ShareCards(refMiB, s.Args.MemoryOversubscription, capacity)
+	total.MIGSlices, charge.InstanceSlices = s.MIGSupply(func(n *corev1.Node) bool { return !n.Spec.Unschedulable })
 	views := map[string]*QueueView{}
 	loads := map[string]*queueLoad{}
 	var weight int32
@@ -203,8 +245,11 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 		if !v.Below {
 			continue
 		}
+		// As reclaim does (shares.AboveShareFor): a queue is a victim only when it holds
+		// more than it deserves in a dimension the queue below its share asks for.
+		asked := loads[v.Queue].asked
 		for name, o := range loads {
-			if name != v.Queue && !o.held.Within(deserved[name]) && o.bound > 0 {
+			if name != v.Queue && !o.held.Within(fairshare.OpenUnasked(deserved[name], asked)) && o.bound > 0 {
 				if v.Reclaimable == nil {
 					v.Reclaimable = map[string]int{}
 				}
@@ -215,10 +260,18 @@ func (s *Snapshot) queueViews() map[string]*QueueView {
 	return views
 }
 
+// migSlices writes a number of MIG slices to the slice, as the scheduler's refusal does
+// ("3.5" when weights split one).
+func migSlices(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
 // writeQueue prints the queue lines of explain.
 func writeQueue(w io.Writer, q *QueueView) {
 	fmt.Fprintf(w, "  queue %s (weight %d of %d): holds %.0f of its %.0f deserved card cores and %.0f of %.0f MiB of card memory; its pending vGPU pods ask %.0f cores and %.0f MiB more\n",
 		q.Queue, q.Weight, q.TotalWeight, q.Held.Cores, q.Deserved.Cores, q.Held.MemoryMiB, q.Deserved.MemoryMiB, q.Asked.Cores, q.Asked.MemoryMiB)
+	if q.HasMIG() {
+		fmt.Fprintf(w, "  queue %s holds %s of its %s deserved MIG slices; its pending MIG pods ask %s more\n",
+			q.Queue, migSlices(q.Held.MIGSlices), migSlices(q.Deserved.MIGSlices), migSlices(q.Asked.MIGSlices))
+	}
 	if !q.Below {
 		fmt.Fprintf(w, "  queue %s is at its share: its pods get cards as they free up, or cards no other queue can use; reclaim does not act for it\n", q.Queue)
 		return

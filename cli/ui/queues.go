@@ -16,11 +16,13 @@ import (
 	"github.com/tessera-gpu/tessera/pluginargs"
 )
 
-// Amount is card memory (MiB) and compute (card percent points, 100 a whole card).
-// -1 stands for no limit in a capability.
+// Amount is card memory (MiB) and compute (card percent points, 100 a whole card),
+// and MIG slices (the compute slices of whole MIG instances, a 3g.40gb instance is 3;
+// absent when zero). -1 stands for no limit in a capability.
 type Amount struct {
 	MemoryMiB float64 `json:"memoryMiB"`
 	Cores     float64 `json:"cores"`
+	MIGSlices float64 `json:"migSlices,omitempty"`
 }
 
 func amountOf(a fairshare.Amount) Amount {
@@ -30,7 +32,7 @@ func amountOf(a fairshare.Amount) Amount {
 		}
 		return v
 	}
-	return Amount{MemoryMiB: finite(a.MemoryMiB), Cores: finite(a.Cores)}
+	return Amount{MemoryMiB: finite(a.MemoryMiB), Cores: finite(a.Cores), MIGSlices: finite(a.MIGSlices)}
 }
 
 // QueueShare is one Volcano queue as the vgpu plugin's queue share sees it: what it
@@ -53,6 +55,9 @@ type QueueShare struct {
 	// Running and Waiting count its bound and pending vGPU pods.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// MIG: it holds or asks for MIG instances, so the page shows its MIG slices
+	// (Deserved, Held and Asked .MIGSlices) beside card memory and cores.
+	MIG bool `json:"mig,omitempty"`
 }
 
 // queue is a decoded Volcano Queue.
@@ -109,7 +114,8 @@ func decodeQueues(objs []*unstructured.Unstructured, args pluginargs.Args) []que
 }
 
 // queueShares divides the schedulable cards among the queues by the plugin's rules:
-// healthy, non-MIG cards of ready nodes that are not cordoned; a queue's demand is
+// healthy, non-MIG cards of ready nodes that are not cordoned, and the MIG slices of
+// the healthy, uncordoned MIG cards of those nodes (cli.Snapshot.MIGSupply); a queue's demand is
 // what its bound vGPU pods hold plus what its pending ones ask, a memory percentage
 // costed on a card of the mean size and an idle-only pod's cards whole.
 func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []QueueShare {
@@ -140,14 +146,20 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 		refMiB = physical / cards
 	}
 	charge := cli.ShareCards(refMiB, snap.Args.MemoryOversubscription, capacity)
+	ready := map[string]bool{}
+	for _, n := range nodes {
+		ready[n.Name] = n.Status == cli.StatusReady
+	}
+	total.MIGSlices, charge.InstanceSlices = snap.MIGSupply(func(n *corev1.Node) bool { return ready[n.Name] && !n.Spec.Unschedulable })
 	held := map[string]fairshare.Amount{}
 	asked := map[string]fairshare.Amount{}
 	shares := make([]QueueShare, len(queues))
 	index := map[string]*QueueShare{}
 	var weight int32
 	for i, q := range queues {
+		// Volcano queues have no resource name for MIG slices: no capability to show.
 		shares[i] = QueueShare{Queue: q.spec.Name, Colour: cli.QueueColourOf(q.spec.Name), State: q.state, Weight: q.spec.Weight,
-			Capability: amountOf(q.spec.Capability)}
+			Capability: amountOf(q.spec.Capability.Cards())}
 		index[q.spec.Name] = &shares[i]
 		weight += q.spec.Weight
 	}
@@ -184,6 +196,7 @@ func queueShares(snap *cli.Snapshot, nodes []cli.NodeView, queues []queue) []Que
 		s.Deserved, s.Held, s.Asked = amountOf(d), amountOf(held[n]), amountOf(asked[n])
 		s.Below = fairshare.Below(held[n], d, asked[n])
 		s.Over = !held[n].Within(d)
+		s.MIG = held[n].MIGSlices > 0 || asked[n].MIGSlices > 0
 	}
 	return shares
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/tessera-gpu/tessera/api"
-	"github.com/tessera-gpu/tessera/placement/mig"
 )
 
 // Cards is what the queue shares know of the cards they divide, to charge a pod for
@@ -143,22 +142,16 @@ func MIGSlices(profile string) (float64, error) {
 }
 
 // CardMIGSlices is the compute slices a card in MIG mode adds to the MIG supply: the
-// largest profile of its model's table (mig.KnownTable: 7 on A100, H100 and B200), or,
-// for a model without a table, the slices of the GPU instances its layout holds (each
-// GPU instance once, however many compute instances it is split into). Zero for a card
-// not in MIG mode, or whose model and layout are both unknown.
+// slices of the GPU instances its layout holds now (each GPU instance once, however
+// many compute instances it is split into), since only those can be handed to pods.
+// A card whose layout leaves slices unused (two 3g.40gb on a seven-slice H100) adds
+// what the instances hold, 6, not the card's 7: counting slices no pod can take would
+// give every queue a MIG share it can never reach, so no queue would ever be held to
+// it. A re-partitioned card adds its new layout's slices from the next session on.
+// Zero for a card not in MIG mode or whose layout is unknown.
 func CardMIGSlices(c api.Card) float64 {
 	if !c.MIG {
 		return 0
-	}
-	most := 0.0
-	if t, ok := mig.KnownTable(c.Model); ok {
-		for _, p := range t.Profiles {
-			if n, err := MIGSlices(p.Name); err == nil {
-				most = max(most, n)
-			}
-		}
-		return most
 	}
 	sum, seen := 0.0, map[int]bool{}
 	for _, in := range c.MIGInstances {

@@ -428,16 +428,18 @@ func FuzzMIGSlices(f *testing.F) {
 	})
 }
 
-// A MIG card adds its model's largest profile; a model without a table, the GPU
-// instances of its layout (each once); a card not in MIG mode, nothing.
+// A MIG card adds the slices of the GPU instances its layout holds (each once, however
+// many compute instances share it), whatever its model; a card whose layout is unknown
+// or empty, or not in MIG mode, nothing.
 func TestCardMIGSlices(t *testing.T) {
 	layout := []api.MIGInstance{{GI: 1, Profile: "3g.40gb"}, {GI: 1, Profile: "3g.40gb"}, {GI: 2, Profile: "2g.20gb"}}
 	for _, tc := range []struct {
 		card api.Card
 		want float64
 	}{
-		{api.Card{Model: "NVIDIA H100 80GB HBM3", MIG: true}, 7},
-		{api.Card{Model: "NVIDIA B200", MIG: true, MIGInstances: layout}, 7},
+		{api.Card{Model: "NVIDIA H100 80GB HBM3", MIG: true}, 0},
+		{api.Card{Model: "NVIDIA H100 80GB HBM3", MIG: true, MIGInstances: []api.MIGInstance{{GI: 1, Profile: "3g.40gb"}, {GI: 2, Profile: "3g.40gb"}}}, 6},
+		{api.Card{Model: "NVIDIA B200", MIG: true, MIGInstances: layout}, 5},
 		{api.Card{Model: "NVIDIA Future", MIG: true, MIGInstances: layout}, 5},
 		{api.Card{Model: "NVIDIA Future", MIG: true}, 0},
 		{api.Card{Model: "NVIDIA H100 80GB HBM3"}, 0},

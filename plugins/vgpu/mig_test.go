@@ -65,7 +65,10 @@ func TestMIGPodsGetWholeFreeInstances(t *testing.T) {
 		Pods: []*corev1.Pod{holder, migPod("a", "pg-a", "3g.40gb", 1), migPod("b", "pg-b", "3g.40gb", 1),
 			vgpuPod("c", "pg-c", 1, 1000, 10, nil)},
 		Queues: queues()}
-	ssn, _ := session(t, utc, true, framework.Arguments{pluginargs.KeyVolcanoCompat: true})
+	// The queue share is off: with the card's two instances taken, one queue would be
+	// at its share of the MIG slices and say so before the cards could (queue shares
+	// of MIG slices: migshare_test.go).
+	ssn, _ := session(t, utc, true, framework.Arguments{pluginargs.KeyVolcanoCompat: true, pluginargs.KeyQueueShare: false})
 	got := taskAssignments(t, ssn)
 	var placed []string
 	for _, name := range []string{"a", "b"} {

@@ -173,6 +173,13 @@
       share.appendChild(bar('cores held', [[100 * q.held.cores / scale, q.colour]], 100 * q.deserved.cores / scale));
       share.appendChild(el('div', 'label', num(q.held.cores) + ' / ' + num(q.deserved.cores) + ' cores · ' +
         num(q.held.memoryMiB) + ' / ' + num(q.deserved.memoryMiB) + ' MiB'));
+      if (q.mig) {
+        // MIG slices are a share of their own: whole instances, a 3g instance is 3.
+        // Weights may split a slice (3.5 deserved): not rounded, as the scheduler writes it.
+        const slices = (v) => String(Math.round((v || 0) * 100) / 100);
+        share.appendChild(el('div', 'label mig-share', slices(q.held.migSlices) + ' / ' + slices(q.deserved.migSlices) +
+          ' MIG slices · ' + slices(q.asked.migSlices) + ' asked'));
+      }
       cell(r, 'num', q.running + ' running, ' + q.waiting + ' waiting');
       let standing = 'within share', cls = 'standing';
       if (q.below) { standing = 'below share'; cls += ' below'; } else if (q.over) { standing = 'above share'; cls += ' over'; }

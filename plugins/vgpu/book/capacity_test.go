@@ -66,7 +66,7 @@ func TestACardHeldIdleOnlyHasNothingFree(t *testing.T) {
 	}
 }
 
-// Cards in MIG mode add their compute slices, from their model's profile table, to the
+// Cards in MIG mode add the compute slices of the instances their layouts hold to the
 // queue shares' MIG supply and nothing to card memory or cores; an unhealthy or
 // cordoned MIG card, or one on a cordoned node, adds nothing, as for other cards.
 func TestCardTotalsCountMIGSlices(t *testing.T) {
@@ -76,8 +76,8 @@ func TestCardTotalsCountMIGSlices(t *testing.T) {
 		l.AddNode(n)
 	}
 	total, mean := l.CardTotals()
-	if total.MIGSlices != 21 || total.MemoryMiB != 3*81559 || total.Cores != 300 || mean != 81559 {
-		t.Fatalf("totals %+v, mean %d; want 21 MIG slices (three H100s, whatever their layouts) beside the plain cards", total, mean)
+	if total.MIGSlices != 12 || total.MemoryMiB != 3*81559 || total.Cores != 300 || mean != 81559 {
+		t.Fatalf("totals %+v, mean %d; want 12 MIG slices (3g + 2g, none, 7g) beside the plain cards", total, mean)
 	}
 	a.Cards[0].Cordon = &api.CardCordon{Reason: "fan"}
 	b.Cards[0].Healthy = false
