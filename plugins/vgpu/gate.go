@@ -10,6 +10,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/framework"
 
 	"github.com/tessera-gpu/tessera/placement/fairshare"
+	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
 
 // The queue gate (docs/queues.md): with the admission webhook's queueGate on, every
@@ -226,11 +227,15 @@ func (c *gateCharges) gang(g gatedJob) ([]*vapi.TaskInfo, string) {
 		case ok:
 			open = append(open, m.task)
 		case i < g.need:
-			// The gang's minimum does not fit: none of it goes.
+			// The gang's minimum does not fit its queue's share: none of it goes, unless
+			// the cluster's free cards could not hold it either.
 			for _, id := range c.charged[mark:] {
 				c.p.shares.Release(id, false)
 			}
 			c.charged = c.charged[:mark]
+			if !c.roomFor(costs, g.need) {
+				return g.tasks, ""
+			}
 			return nil, why + "; " + behindGate(len(members), g.need)
 		case len(open) == 0:
 			return nil, why + "; " + behindGate(len(members), g.need)
@@ -240,6 +245,17 @@ func (c *gateCharges) gang(g gatedJob) ([]*vapi.TaskInfo, string) {
 		}
 	}
 	return open, ""
+}
+
+// roomFor reports whether the cards no queue holds could take the need cheapest of
+// costs. When they could not, the gang waits for cards as much as for its queue: a new
+// node would raise every queue's share with the supply, and this queue's too, so the
+// gang is not kept behind the gate, where an autoscaler cannot see it. A queue that
+// holds its share of a full cluster is the common case: with one queue, its share is
+// the whole cluster.
+func (c *gateCharges) roomFor(costs []fairshare.Amount, need int) bool {
+	sum := shares.Cheapest(costs, max(need, 1))
+	return sum.Within(fairshare.OpenUnasked(c.p.shares.Free(), sum))
 }
 
 func behindGate(pods, need int) string {

@@ -22,6 +22,7 @@ import (
 	"volcano.sh/volcano/pkg/scheduler/uthelper"
 	"volcano.sh/volcano/pkg/scheduler/util"
 
+	"github.com/tessera-gpu/tessera/placement/fairshare"
 	"github.com/tessera-gpu/tessera/pluginargs"
 	"github.com/tessera-gpu/tessera/plugins/vgpu/shares"
 )
@@ -78,6 +79,26 @@ func newGateScene(t *testing.T, holders map[string]int, groups map[string]int32,
 		}
 	})
 	return s
+}
+
+// reserveForQB adds room to the cluster that qb claims: a second node of cards whole
+// A100s, and as many pending one-card qb pods, held back by another controller's gate.
+// The cluster then has free cards that qa may not take (nor borrow: qb's pods fit
+// them), so a qa pod its share refuses waits for its queue, not for cards. Without
+// such room a refused pod is ungated (the cluster is full: a new node would raise
+// qa's share too).
+func (s *gateScene) reserveForQB(t *testing.T, cards int) []*corev1.Pod {
+	t.Helper()
+	s.sc.AddOrUpdateNode(gpuNode("n2", cards, "NVIDIA A100", 40960))
+	var pods []*corev1.Pod
+	for i := 0; i < cards; i++ {
+		pg := fmt.Sprintf("qb-reserve-%d", i)
+		s.sc.AddPodGroupV1beta1(util.BuildPodGroup(pg, "ns", "qb", 1, nil, schedulingv1.PodGroupInqueue))
+		p := withGates(vgpuPod(pg, pg, 1, 40960, 100, nil), "example.com/later")
+		s.sc.AddPod(p)
+		pods = append(pods, p)
+	}
+	return pods
 }
 
 // session opens a session (which starts the gate removals it decides) and returns the
@@ -153,13 +174,14 @@ func events(r *record.FakeRecorder) []string {
 // says which queue and which resource. When one of qb's pods ends, the next session
 // takes the gate off in the API server.
 func TestQueueGateOpensWhenTheShareFrees(t *testing.T) {
-	s := newGateScene(t, map[string]int{"qa": 2, "qb": 2}, map[string]int32{"qa-job": 1},
+	s := newGateScene(t, map[string]int{"qa": 3, "qb": 1}, map[string]int32{"qa-job": 1},
 		withGates(vgpuPod("qa-w", "qa-job", 1, 4096, 25, nil), queueShareGate))
+	reserve := s.reserveForQB(t, 2)
 	_, plan := s.session(t)
 	if len(plan.open) != 0 {
 		t.Fatalf("session 1 ungated %v while qa holds its whole share", opened(plan))
 	}
-	want := "vgpu: queue qa is at its share of the cluster's cards (weight 1 of 2): cores 200 held + 25 asked > 200 deserved"
+	want := "vgpu: queue qa is at its share of the cluster's cards (weight 1 of 2): cores 300 held + 25 asked > 300 deserved"
 	if len(plan.held) != 1 || !strings.HasPrefix(plan.held[0].why, want) {
 		t.Fatalf("held %+v, want qa-job held with %q", plan.held, want)
 	}
@@ -170,7 +192,9 @@ func TestQueueGateOpensWhenTheShareFrees(t *testing.T) {
 		t.Fatalf("after session 1 the pod's gates are %v, want the queue gate kept", got)
 	}
 
-	s.sc.DeletePod(s.holders["qb"][1])
+	for _, p := range reserve {
+		s.sc.DeletePod(p)
+	}
 	_, plan = s.session(t)
 	if got := opened(plan); !slices.Equal(got, []string{"qa-w"}) {
 		t.Fatalf("session 2 ungates %v, want qa-w: qb's share shrank to what it holds", got)
@@ -196,6 +220,7 @@ func TestQueueGateOpensAGangAllTogether(t *testing.T) {
 				names = append(names, name)
 			}
 			s := newGateScene(t, map[string]int{"qa": 2, "qb": 1}, map[string]int32{"qa-gang": int32(members)}, pods...)
+			s.reserveForQB(t, 2)
 			_, plan := s.session(t)
 			got := opened(plan)
 			switch {
@@ -252,7 +277,8 @@ func TestQueueGateLeavesOtherGatesAndCPUPodsAlone(t *testing.T) {
 }
 
 // A pod ungated in an earlier session and not yet placed still counts against its
-// queue: qa's share has room for one 100-core pod, and the ungated one takes it.
+// queue: qa's share has room for one 100-core pod, and the ungated one takes it (qb
+// claims the cluster's other free cards).
 func TestQueueGateChargesPodsAlreadyUngated(t *testing.T) {
 	for _, ahead := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ungated pod ahead: %v", ahead), func(t *testing.T) {
@@ -262,10 +288,11 @@ func TestQueueGateChargesPodsAlreadyUngated(t *testing.T) {
 				pods = append(pods, vgpuPod("qa-ahead", "qa-ahead", 1, 4096, 100, nil))
 				groups["qa-ahead"] = 1
 			}
-			s := newGateScene(t, map[string]int{"qa": 1, "qb": 2}, groups, pods...)
+			s := newGateScene(t, map[string]int{"qa": 2, "qb": 2}, groups, pods...)
+			s.reserveForQB(t, 2)
 			_, plan := s.session(t)
 			if got := opened(plan); ahead == (len(got) != 0) {
-				t.Errorf("ungated %v with an ungated 100-core pod ahead %v; qa deserves 200 and holds 100", got, ahead)
+				t.Errorf("ungated %v with an ungated 100-core pod ahead %v; qa deserves 300 and holds 200", got, ahead)
 			}
 		})
 	}
@@ -330,4 +357,20 @@ func TestQueueGateRaceAnotherQueueArrivesBeforePlacement(t *testing.T) {
 		}
 	}
 	t.Fatal("qa-w is not in the session")
+}
+
+// A queue that holds its share of a full cluster waits for cards as much as for its
+// queue: with one queue its share is the whole cluster, and a new node raises it. Its
+// pod is ungated so that an autoscaler sees it; with room in the cluster that another
+// queue claims, the same pod keeps its gate.
+func TestQueueGateOpensWhenTheClusterIsFull(t *testing.T) {
+	s := newGateScene(t, map[string]int{"qa": 4}, map[string]int32{"qa-job": 1},
+		withGates(vgpuPod("qa-w", "qa-job", 1, 4096, 25, nil), queueShareGate))
+	p, plan := s.session(t)
+	if ok, why := p.shares.Admit("qa", fairshare.Amount{Cores: 25, MemoryMiB: 4096}); ok {
+		t.Fatalf("qa's share admits the pod (%q); the test wants a queue at its share", why)
+	}
+	if got := opened(plan); !slices.Equal(got, []string{"qa-w"}) || len(plan.held) != 0 {
+		t.Fatalf("ungated %v, held %+v; want qa-w ungated: no free card in the cluster could take it", got, plan.held)
+	}
 }

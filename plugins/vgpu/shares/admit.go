@@ -165,3 +165,15 @@ func Cheapest(costs []fairshare.Amount, need int) fairshare.Amount {
 // slices writes a deserved number of MIG slices, to the slice ("3.5" when weights
 // split one).
 func slices(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// Free is the card memory, cores and MIG slices no queue holds: the supply less every
+// queue's allocation (placed tasks, and tasks charged as placed within the session).
+func (s *Shares) Free() fairshare.Amount {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	free := s.total
+	for _, q := range s.queues {
+		free = free.Sub(q.allocated)
+	}
+	return free
+}
