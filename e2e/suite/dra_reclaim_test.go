@@ -1,11 +1,8 @@
 package suite
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,39 +160,4 @@ func firstScheduledMessage(ps []corev1.Pod) string {
 		}
 	}
 	return "no scheduling message"
-}
-
-// schedulerQueueMiB reads, per queue, the card memory of one kind (deserved, allocated,
-// request) from tessera_scheduler_queue_vgpu_memory_bytes.
-func schedulerQueueMiB(ctx context.Context, kind string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.SchedulerMetricsURL(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", cl.SchedulerMetricsURL(), resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "tessera_scheduler_queue_vgpu_memory_bytes{") || !strings.Contains(line, `kind="`+kind+`"`) {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `queue="`)
-		q, _, _ := strings.Cut(rest, `"`)
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[q] = v / (1 << 20)
-		}
-	}
-	return out, sc.Err()
 }

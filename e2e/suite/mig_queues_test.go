@@ -1,11 +1,8 @@
 package suite
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,39 +191,4 @@ func heldSlices(t *testing.T, pods []corev1.Pod) float64 {
 		}
 	}
 	return sum
-}
-
-// schedulerQueueMIGSlices reads, per queue, the MIG slices of one kind (deserved,
-// allocated, request) from tessera_scheduler_queue_mig_slices.
-func schedulerQueueMIGSlices(ctx context.Context, kind string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.SchedulerMetricsURL(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", cl.SchedulerMetricsURL(), resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "tessera_scheduler_queue_mig_slices{") || !strings.Contains(line, `kind="`+kind+`"`) {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `queue="`)
-		q, _, _ := strings.Cut(rest, `"`)
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[q] = v
-		}
-	}
-	return out, sc.Err()
 }
