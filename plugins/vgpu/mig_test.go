@@ -17,20 +17,35 @@ import (
 // migGPUNode is gpuNode with card 0 in MIG mode, split into two 3g.40gb instances
 // MIG-<node>-0 and MIG-<node>-1 (tessera.io/mig-instances); card 1, if any, is shared.
 func migGPUNode(name string, cards int) *corev1.Node {
-	n := gpuNode(name, cards, "NVIDIA H100 80GB HBM3", 81559)
+	return withMIG(gpuNode(name, cards, "NVIDIA H100 80GB HBM3", 81559), func(c api.Card) []api.MIGInstance {
+		if c.Index != 0 {
+			return nil
+		}
+		return []api.MIGInstance{
+			{UUID: "MIG-" + name + "-0", Profile: "3g.40gb", GI: 1, Start: 0, Size: 4, MemoryMiB: 40320},
+			{UUID: "MIG-" + name + "-1", Profile: "3g.40gb", GI: 2, Start: 4, Size: 4, MemoryMiB: 40320},
+		}
+	})
+}
+
+// withMIG puts the cards of node n for which instances returns any into MIG mode with
+// those instances (the inventory's MIG flag and tessera.io/mig-instances).
+func withMIG(n *corev1.Node, instances func(api.Card) []api.MIGInstance) *corev1.Node {
 	inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
 	if err != nil {
 		panic(err)
 	}
-	inv.Cards[0].MIG = true
+	m := &api.NodeMIGInstances{Cards: map[string][]api.MIGInstance{}}
+	for c := range inv.Cards {
+		if in := instances(inv.Cards[c]); len(in) > 0 {
+			inv.Cards[c].MIG = true
+			m.Cards[inv.Cards[c].UUID] = in
+		}
+	}
 	s, err := api.EncodeInventory(inv)
 	if err != nil {
 		panic(err)
 	}
-	m := &api.NodeMIGInstances{Cards: map[string][]api.MIGInstance{inv.Cards[0].UUID: {
-		{UUID: "MIG-" + name + "-0", Profile: "3g.40gb", GI: 1, Start: 0, Size: 4, MemoryMiB: 40320},
-		{UUID: "MIG-" + name + "-1", Profile: "3g.40gb", GI: 2, Start: 4, Size: 4, MemoryMiB: 40320},
-	}}}
 	ms, err := api.EncodeMIGInstances(m)
 	if err != nil {
 		panic(err)

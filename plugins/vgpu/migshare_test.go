@@ -20,30 +20,14 @@ import (
 // oneGNode is an H100 node of cards cards, every one in MIG mode and split into seven
 // 1g.10gb instances MIG-<node>-<card>-<i>: 7 MIG slices a card.
 func oneGNode(name string, cards int) *corev1.Node {
-	n := gpuNode(name, cards, "NVIDIA H100 80GB HBM3", 81559)
-	inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
-	if err != nil {
-		panic(err)
-	}
-	m := &api.NodeMIGInstances{Cards: map[string][]api.MIGInstance{}}
-	for c := range inv.Cards {
-		inv.Cards[c].MIG = true
+	return withMIG(gpuNode(name, cards, "NVIDIA H100 80GB HBM3", 81559), func(c api.Card) []api.MIGInstance {
+		var out []api.MIGInstance
 		for i := 0; i < 7; i++ {
-			m.Cards[inv.Cards[c].UUID] = append(m.Cards[inv.Cards[c].UUID], api.MIGInstance{
-				UUID: fmt.Sprintf("MIG-%s-%d-%d", name, c, i), Profile: "1g.10gb", GI: i + 1, Start: i, Size: 1, MemoryMiB: 9856})
+			out = append(out, api.MIGInstance{UUID: fmt.Sprintf("MIG-%s-%d-%d", name, c.Index, i), Profile: "1g.10gb",
+				GI: i + 1, Start: i, Size: 1, MemoryMiB: 9856})
 		}
-	}
-	s, err := api.EncodeInventory(inv)
-	if err != nil {
-		panic(err)
-	}
-	ms, err := api.EncodeMIGInstances(m)
-	if err != nil {
-		panic(err)
-	}
-	n.Annotations[api.AnnotationInventory] = s
-	n.Annotations[api.AnnotationMIGInstances] = ms
-	return n
+		return out
+	})
 }
 
 // holdingInstance is a running pod of group pg holding MIG instance mig of card.
